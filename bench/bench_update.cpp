@@ -1,0 +1,284 @@
+// One optimizer step over n fp32 elements, every way we can run it, in one binary:
+//   fused AdamW (Kernel::run, and through Optimizer::step), fused SGD-momentum,
+//   the plain scalar loops, the unfused one-pass-per-op baselines, and the bandwidth ceilings.
+// bytes_per_second counts the USEFUL traffic of the update for every variant of that update
+// (AdamW: p, g, m, v read + p, m, v written = 28 B/element; SGD-momentum: p, g, b read + p, b
+// written = 20 B/element), so a ratio of two bytes_per_second at the same size is a ratio of
+// speeds. The unfused variants report the traffic they really move as `moved_B_per_elem`.
+// See bench/README.md for how to run and read it.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/scalar_ref.h"
+#include "bench/support.h"
+#include "bench/unfused.h"
+#include "optfuse/optfuse.hpp"
+#include "optim/rule.h"
+#include "tools/bandwidth.h"
+
+namespace optfuse::bench {
+namespace {
+
+constexpr int64_t kAdamBytes = 28;  // per element: 4 reads + 3 writes of fp32
+constexpr int64_t kSgdBytes = 20;   // per element: 3 reads + 2 writes of fp32
+constexpr int kWarmup = 3;          // untimed calls before the loop: page faults, waking workers
+
+// torch.optim.AdamW defaults at step 10 (bias corrections still matter), and SGD with momentum
+// 0.9, as the library's own rules compute them (host doubles, rounded once by the kernel call).
+const Options& adamw_options() {
+  static const Options o = optim::make_rule("adamw")->defaults();
+  return o;
+}
+std::map<std::string, double> adamw_scalars() {
+  std::map<std::string, double> s;
+  optim::make_rule("adamw")->scalars(adamw_options(), optim::TensorStep{10, false}, &s);
+  return s;
+}
+Options sgd_options() {
+  Options o = optim::make_rule("sgd")->defaults();
+  o["momentum"] = 0.9;
+  return o;
+}
+std::map<std::string, double> sgd_scalars() {
+  std::map<std::string, double> s;
+  optim::make_rule("sgd")->scalars(sgd_options(), optim::TensorStep{10, false}, &s);
+  return s;
+}
+
+void set_bytes(benchmark::State& state, int64_t per_element) {
+  state.SetBytesProcessed(state.iterations() * state.range(0) * per_element);
+}
+
+// A call of `k` with its inputs on arrays a[first], a[first + 1], ... in signature order.
+KernelCall call_over(const Kernel& k, const Arrays& a, int first,
+                     const std::map<std::string, double>& scalars) {
+  std::map<std::string, float*> tensors;
+  const auto& inputs = k.signature().inputs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    tensors[inputs[i].name] = a[first + static_cast<int>(i)];
+  return make_call(k, tensors, scalars, a.size());
+}
+
+// Times one fused kernel for `graph`, called directly.
+void run_fused(benchmark::State& state, const Graph& graph,
+               const std::map<std::string, double>& scalars, int64_t bytes_per_element) {
+  try {
+    auto k = engine().kernel(graph);
+    Arrays a(static_cast<int>(k->signature().inputs.size()), state.range(0));
+    KernelCall call = call_over(*k, a, 0, scalars);
+    for (int i = 0; i < kWarmup; ++i) k->run(call);
+    state.SetLabel(label(*k));
+    for (auto _ : state) k->run(call);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  set_bytes(state, bytes_per_element);
+}
+
+// ---- AdamW --------------------------------------------------------------------------------
+
+void BM_AdamW_Fused(benchmark::State& state) {
+  run_fused(state, optim::make_rule("adamw")->graph(adamw_options()), adamw_scalars(), kAdamBytes);
+}
+
+// The same kernel through the public optimizer: one tensor, one group, step() per iteration
+// (scalars recomputed, pointers gathered, one kernel call). Shows what the wrapper costs.
+void BM_AdamW_Optimizer(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  try {
+    Arrays a(2, n);
+    auto opt = Optimizer::create(engine(), {{"type", "adamw"}});
+    opt->add_param_group({{{a[0], n, {}}, {a[1], n, {}}, "w"}});
+    for (int i = 0; i < kWarmup; ++i) opt->step();  // the first creates the state
+    if (opt->bytes_per_step() != kAdamBytes * n)
+      throw Error("bytes_per_step " + std::to_string(opt->bytes_per_step()) + " != 28 n");
+    auto uses = opt->kernel_uses();
+    state.SetLabel(uses.empty() ? "optimizer"
+                                : "optimizer " + uses[0].name + " " + uses[0].key.substr(0, 16));
+    for (auto _ : state) opt->step();
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  set_bytes(state, kAdamBytes);
+}
+
+void BM_AdamW_Unfused(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  try {
+    Arrays a(5, n);
+    Unfused u = Unfused::adamw(a[0], a[1], a[2], a[3], a[4], n, adamw_scalars());
+    for (int i = 0; i < kWarmup; ++i) u.run();
+    state.SetLabel(u.label());
+    state.counters["moved_B_per_elem"] = static_cast<double>(u.traffic_per_element());
+    for (auto _ : state) u.run();
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  set_bytes(state, kAdamBytes);
+}
+
+void BM_AdamW_Scalar(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Arrays a(4, n);
+  const AdamWConstants c = adamw_constants(adamw_scalars());
+  for (int i = 0; i < kWarmup; ++i) adamw_scalar(a[0], a[1], a[2], a[3], n, c);
+  state.SetLabel("scalar loop, 1 thread, build-type flags");
+  for (auto _ : state) {
+    adamw_scalar(a[0], a[1], a[2], a[3], n, c);
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, kAdamBytes);
+}
+
+// ---- SGD with momentum --------------------------------------------------------------------
+
+void BM_SGDMomentum_Fused(benchmark::State& state) {
+  run_fused(state, optim::make_rule("sgd")->graph(sgd_options()), sgd_scalars(), kSgdBytes);
+}
+
+void BM_SGDMomentum_Unfused(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  try {
+    Arrays a(3, n);
+    const Options o = sgd_options();
+    Unfused u = Unfused::sgd_momentum(a[0], a[1], a[2], n, o["lr"].get<double>(),
+                                      o["momentum"].get<double>(), o["dampening"].get<double>());
+    for (int i = 0; i < kWarmup; ++i) u.run();
+    state.SetLabel(u.label());
+    state.counters["moved_B_per_elem"] = static_cast<double>(u.traffic_per_element());
+    for (auto _ : state) u.run();
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  set_bytes(state, kSgdBytes);
+}
+
+void BM_SGDMomentum_Scalar(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Arrays a(3, n);
+  const Options o = sgd_options();
+  const SgdConstants c{o["lr"].get<float>(), o["weight_decay"].get<float>(),
+                       o["momentum"].get<float>(),
+                       static_cast<float>(1.0 - o["dampening"].get<double>())};
+  for (int i = 0; i < kWarmup; ++i) sgd_momentum_scalar(a[0], a[1], a[2], n, c);
+  state.SetLabel("scalar loop, 1 thread, build-type flags");
+  for (auto _ : state) {
+    sgd_momentum_scalar(a[0], a[1], a[2], n, c);
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, kSgdBytes);
+}
+
+// ---- Ceilings: the same traffic with trivial arithmetic, same engine and schedule ----------
+
+void BM_Ceiling_4R3W(benchmark::State& state) {
+  run_fused(state, tools::stream_4r3w_graph(), {}, kAdamBytes);
+}
+
+// SGD-momentum's traffic (p, g, b -> p, b): p' = p + g, b' = b + g.
+Graph stream_3r2w_graph() {
+  Graph gr("stream_3r2w");
+  Value p = gr.param("param"), g = gr.grad("grad"), b = gr.state("momentum_buffer");
+  gr.output("param", p + g);
+  gr.output("momentum_buffer", b + g);
+  return gr;
+}
+
+void BM_Ceiling_3R2W(benchmark::State& state) {
+  run_fused(state, stream_3r2w_graph(), {}, kSgdBytes);
+}
+
+// ---- Paired: fused AdamW and the ceiling alternated call by call -----------------------------
+// On a shared machine, load from other processes comes and goes between benchmarks and spoils a
+// ratio of two separate runs. Here each iteration times one call of each kernel (order alternated),
+// so both see the same conditions; the counters give the ratio of speeds two ways:
+//   ratio_median = median(ceiling call) / median(fused call)
+//   ratio_min    = fastest ceiling call / fastest fused call (preemption only ever adds time)
+// bytes_per_second counts both calls (2 x 28 B/element).
+void BM_Paired_AdamW_Ceiling(benchmark::State& state) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> t_fused, t_ceiling;
+  try {
+    auto fused = engine().kernel(optim::make_rule("adamw")->graph(adamw_options()));
+    auto ceiling = engine().kernel(tools::stream_4r3w_graph());
+    Arrays a(8, state.range(0));
+    const KernelCall fc = call_over(*fused, a, 0, adamw_scalars());
+    const KernelCall cc = call_over(*ceiling, a, 4, {});
+    for (int i = 0; i < kWarmup; ++i) fused->run(fc), ceiling->run(cc);
+    auto timed = [](const Kernel& k, const KernelCall& c) {
+      auto t0 = Clock::now();
+      k.run(c);
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    bool fused_first = true;
+    for (auto _ : state) {
+      if (fused_first) {
+        t_fused.push_back(timed(*fused, fc));
+        t_ceiling.push_back(timed(*ceiling, cc));
+      } else {
+        t_ceiling.push_back(timed(*ceiling, cc));
+        t_fused.push_back(timed(*fused, fc));
+      }
+      fused_first = !fused_first;
+    }
+    state.SetLabel("adamw " + fused->key().substr(0, 16) + " vs stream_4r3w " +
+                   ceiling->key().substr(0, 16));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["ratio_median"] = median(t_ceiling) / median(t_fused);
+  state.counters["ratio_min"] = *std::min_element(t_ceiling.begin(), t_ceiling.end()) /
+                                *std::min_element(t_fused.begin(), t_fused.end());
+  set_bytes(state, 2 * kAdamBytes);
+}
+
+// Registered size-major (every variant at 2^10, then every variant at 2^12, ...) so that the
+// runs a ratio compares are close in time on a noisy machine. Sizes: 2^10 (L1-resident) ..
+// 2^26 (1.75 GiB of AdamW traffic per step, far past L3), every factor of 4.
+void register_all() {
+  const std::pair<const char*, void (*)(benchmark::State&)> variants[] = {
+      {"BM_AdamW_Fused", BM_AdamW_Fused},
+      {"BM_AdamW_Optimizer", BM_AdamW_Optimizer},
+      {"BM_Ceiling_4R3W", BM_Ceiling_4R3W},
+      {"BM_Paired_AdamW_Ceiling", BM_Paired_AdamW_Ceiling},
+      {"BM_AdamW_Unfused", BM_AdamW_Unfused},
+      {"BM_AdamW_Scalar", BM_AdamW_Scalar},
+      {"BM_SGDMomentum_Fused", BM_SGDMomentum_Fused},
+      {"BM_Ceiling_3R2W", BM_Ceiling_3R2W},
+      {"BM_SGDMomentum_Unfused", BM_SGDMomentum_Unfused},
+      {"BM_SGDMomentum_Scalar", BM_SGDMomentum_Scalar},
+  };
+  for (int64_t n = int64_t{1} << 10; n <= int64_t{1} << 26; n *= 4)
+    for (const auto& [name, fn] : variants)
+      benchmark::RegisterBenchmark(name, fn)->Arg(n)->UseRealTime();
+}
+
+}  // namespace
+}  // namespace optfuse::bench
+
+int main(int argc, char** argv) {
+  optfuse::bench::register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,201 @@
+#pragma once
+// The update-graph IR.
+//
+// A Graph is an SSA DAG describing ONE element-wise update step:
+//   * tensor inputs, each with a role (param, grad or a named piece of optimizer state),
+//     read once per element;
+//   * runtime scalars (hyperparameters and per-step host constants such as bias corrections):
+//     their VALUES are kernel arguments, never compiled in;
+//   * constants, element-wise ops (the list is include/optfuse/ops.def), and
+//   * outputs, each bound to the tensor input it replaces (p' replaces p, m' replaces m):
+//     kernels update in place.
+//
+// Semantics: a value is a "tensor" if any operand is a tensor, else "uniform" (the same for every
+// element). Binary ops need equal dtypes; a constant operand adopts the other side's dtype.
+// Comparisons yield bool. Arithmetic follows IEEE-754 in the node's dtype; lowering may evaluate
+// sqrt/rsqrt/div with documented bounded error (see src/lower/README.md).
+//
+// Nodes are immutable and hash-consed: building the same (op, dtype, operands, attributes) twice
+// returns the same NodeId, so common subexpressions are shared from the start.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "optfuse/dtype.h"
+
+namespace optfuse {
+
+enum OpFlags : unsigned {
+  kLeaf = 1u << 0,
+  kCommutative = 1u << 1,
+  kCompare = 1u << 2,
+  kUnary = 1u << 3,
+  kBinary = 1u << 4,
+};
+
+enum class Op : uint8_t {
+#define OPTFUSE_OP(e, text, arity, flags) e,
+#include "optfuse/ops.def"
+#undef OPTFUSE_OP
+};
+
+std::string_view op_name(Op op);            // the textual name, e.g. "add"
+bool parse_op(std::string_view s, Op* out);  // inverse of op_name
+int op_arity(Op op);
+unsigned op_flags(Op op);
+inline bool op_has(Op op, unsigned flag) { return (op_flags(op) & flag) != 0; }
+
+enum class Role : uint8_t { Param, Grad, State };
+std::string_view role_name(Role r);  // "param", "grad", "state"
+
+using NodeId = int32_t;
+
+struct Node {
+  Op op;
+  DType dtype;
+  bool is_tensor;             // per-element value (else uniform across the tensor)
+  std::vector<NodeId> args;   // operands, in order
+  double value = 0;           // Const only
+  std::string name;           // Input / Scalar only
+  Role role = Role::Param;    // Input only
+};
+
+struct Output {
+  std::string replaces;  // name of the tensor input this output overwrites
+  NodeId value;
+};
+
+class Graph;
+
+// A handle to a node while building. Arithmetic operators build ops in the owning graph.
+class Value {
+ public:
+  Value() = default;
+  Value(Graph* g, NodeId id) : graph_(g), id_(id) {}
+  NodeId id() const { return id_; }
+  Graph* graph() const { return graph_; }
+  const Node& node() const;
+  bool valid() const { return graph_ != nullptr; }
+
+ private:
+  Graph* graph_ = nullptr;
+  NodeId id_ = -1;
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "graph") : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+
+  // Leaves. Input and scalar names are unique across the graph (Error otherwise).
+  Value param(const std::string& name, DType t = DType::F32) { return input(Role::Param, name, t); }
+  Value grad(const std::string& name, DType t = DType::F32) { return input(Role::Grad, name, t); }
+  Value state(const std::string& name, DType t = DType::F32) { return input(Role::State, name, t); }
+  Value input(Role role, const std::string& name, DType t);
+  Value scalar(const std::string& name, DType t = DType::F32);
+  Value constant(double v, DType t = DType::F32);
+
+  // Generic op builder: checks arity and dtypes; the result dtype is derived, except for Cast
+  // where `cast_to` names it. Throws Error naming the op and the offending operand.
+  Value make(Op op, const std::vector<Value>& args, DType cast_to = DType::F32);
+
+  // Declares that `v` replaces tensor input `replaces` after the step.
+  void output(const std::string& replaces, Value v);
+
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }
+  const std::vector<Output>& outputs() const { return outputs_; }
+  Value value(NodeId id) { return Value(this, id); }
+
+  // Looks up a leaf by name; -1 if absent.
+  NodeId find_input(const std::string& name) const;
+  NodeId find_scalar(const std::string& name) const;
+
+  // Adds a fully described node with the same structural and type checks as the builders,
+  // returning the existing id for an identical node; used by the parser and passes.
+  NodeId add_node(Node n);
+
+ private:
+  std::string name_;
+  std::vector<Node> nodes_;
+  std::vector<Output> outputs_;
+  std::unordered_map<std::string, NodeId> intern_;  // structural key -> id (hash-consing)
+};
+
+// Builders on Values (all check that operands belong to the same graph).
+Value operator+(Value a, Value b);
+Value operator-(Value a, Value b);
+Value operator*(Value a, Value b);
+Value operator/(Value a, Value b);
+Value operator-(Value a);
+Value operator+(Value a, double b);
+Value operator+(double a, Value b);
+Value operator-(Value a, double b);
+Value operator-(double a, Value b);
+Value operator*(Value a, double b);
+Value operator*(double a, Value b);
+Value operator/(Value a, double b);
+Value operator/(double a, Value b);
+Value operator<(Value a, Value b);
+Value operator<=(Value a, Value b);
+Value operator>(Value a, Value b);
+Value operator>=(Value a, Value b);
+Value min(Value a, Value b);
+Value max(Value a, Value b);
+Value pow(Value a, Value b);
+Value abs(Value a);
+Value sign(Value a);
+Value sqrt(Value a);
+Value rsqrt(Value a);
+Value exp(Value a);
+Value log(Value a);
+Value select(Value cond, Value if_true, Value if_false);
+Value cast(Value a, DType to);
+
+// ---- Textual form -------------------------------------------------------------------------
+// print() writes a graph as text; parse() reads it back (parse(print(g)) is structurally g).
+//   graph "sgd" {
+//     %0 = param.f32 "p"
+//     %1 = grad.f32 "g"
+//     %2 = scalar.f32 "lr"
+//     %3 = mul.f32 %1, %2
+//     %4 = sub.f32 %0, %3
+//     out "p" = %4
+//   }
+// Constants print as `const.f32 0.5` with enough digits to round-trip exactly.
+std::string print(const Graph& g);
+Graph parse(std::string_view text);  // throws Error with line number on bad input
+
+// ---- Canonical form and structural hash ----------------------------------------------------
+// canonicalize(): folds constants, applies exact identities (x*1, x-0, --x), eliminates common
+// subexpressions and dead nodes, orders commutative operands canonically, and numbers nodes in a
+// canonical order (inputs by role then name, scalars by name, then operations depth-first from
+// the outputs sorted by name). Two graphs describing the same update — built in any order, with
+// operands of commutative ops either way round — canonicalize to identical text.
+Graph canonicalize(const Graph& g);
+
+struct Hash128 {
+  uint64_t hi = 0, lo = 0;
+  std::string hex() const;  // 32 lowercase hex digits
+  bool operator==(const Hash128& o) const { return hi == o.hi && lo == o.lo; }
+  bool operator!=(const Hash128& o) const { return !(*this == o); }
+};
+Hash128 xxh3_128(std::string_view bytes);
+
+// XXH3-128 of the canonical text, without the graph's name: stable across processes, runs,
+// machines and construction order.
+Hash128 structural_hash(const Graph& g);
+
+// Evaluates the graph element-wise in double precision (a plain interpreter, the reference for
+// tests): `tensors` maps input names to per-element values, `scalars` maps scalar names to values.
+// Returns each output's values keyed by the name it replaces.
+std::map<std::string, std::vector<double>> interpret(
+    const Graph& g, const std::map<std::string, std::vector<double>>& tensors,
+    const std::map<std::string, double>& scalars);
+
+}  // namespace optfuse

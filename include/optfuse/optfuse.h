@@ -1,0 +1,80 @@
+/* optfuse C API: fused JIT optimizer steps behind opaque handles.
+ *
+ * Every function returns OPTFUSE_OK (0) or an error code; no exception crosses this boundary.
+ * After an error, optfuse_last_error() returns its message (thread-local, valid until the next
+ * call on this thread). A failed call changes nothing.
+ *
+ *   optfuse_engine* e;    optfuse_engine_create("host", 0, &e);
+ *   optfuse_optimizer* o; optfuse_optimizer_create(e, "{\"type\":\"adamw\",\"lr\":1e-3}", &o);
+ *   optfuse_optimizer_add_group(o, n, params, grads, numels, NULL, NULL, "{\"weight_decay\":0.1}");
+ *   optfuse_optimizer_step(o);
+ *
+ * An engine must outlive the optimizers created from it. Buffers are float32 host memory owned by
+ * the caller and must stay valid while the optimizer uses them. */
+#ifndef OPTFUSE_OPTFUSE_H
+#define OPTFUSE_OPTFUSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  OPTFUSE_OK = 0,
+  OPTFUSE_ERR_INVALID = 1,  /* bad input: the message names what is at fault */
+  OPTFUSE_ERR_IO = 2,       /* a file could not be read or written */
+  OPTFUSE_ERR_INTERNAL = 3  /* a bug in optfuse (please report) */
+} optfuse_status;
+
+typedef struct optfuse_engine optfuse_engine;
+typedef struct optfuse_optimizer optfuse_optimizer;
+
+typedef struct {
+  int64_t compiles;        /* kernels compiled */
+  int64_t lookups;         /* kernel requests */
+  int64_t hits;            /* requests answered by an already-compiled kernel */
+  double compile_seconds;  /* time spent compiling */
+} optfuse_counters;
+
+const char* optfuse_last_error(void);
+const char* optfuse_version(void);
+
+/* target: "host" or a Halide target string (NULL = "host"); num_threads: 0 = all cores. */
+int optfuse_engine_create(const char* target, int num_threads, optfuse_engine** out);
+void optfuse_engine_destroy(optfuse_engine* engine);
+int optfuse_engine_counters(const optfuse_engine* engine, optfuse_counters* out);
+
+/* config_json: {"type":"adamw"|"adam"|"sgd", and torch.optim options as defaults}. */
+int optfuse_optimizer_create(optfuse_engine* engine, const char* config_json, optfuse_optimizer** out);
+void optfuse_optimizer_destroy(optfuse_optimizer* opt);
+
+/* Adds a group of n tensors: params[i] and grads[i] hold numels[i] floats. shapes/ndims may be
+ * NULL (1-D); when given, shapes[i] has ndims[i] dims whose product must equal numels[i].
+ * overrides_json may be NULL, else a JSON object of per-group options. */
+int optfuse_optimizer_add_group(optfuse_optimizer* opt, size_t n, float* const* params,
+                                float* const* grads, const int64_t* numels,
+                                const int64_t* const* shapes, const int* ndims,
+                                const char* overrides_json);
+
+int optfuse_optimizer_step(optfuse_optimizer* opt);
+
+/* Sets a numeric option of one group (e.g. "lr"); optfuse_optimizer_set_option_json for others
+ * ("betas": "[0.9,0.99]", "amsgrad": "true"). */
+int optfuse_optimizer_set_hyper(optfuse_optimizer* opt, size_t group, const char* name, double value);
+int optfuse_optimizer_set_option_json(optfuse_optimizer* opt, size_t group, const char* name,
+                                      const char* value_json);
+int optfuse_optimizer_get_hyper(const optfuse_optimizer* opt, size_t group, const char* name,
+                                double* out);
+int optfuse_optimizer_set_grad(optfuse_optimizer* opt, size_t group, size_t index, float* grad,
+                               int64_t numel);
+
+int optfuse_optimizer_save(const optfuse_optimizer* opt, const char* path);
+int optfuse_optimizer_load(optfuse_optimizer* opt, const char* path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OPTFUSE_OPTFUSE_H */

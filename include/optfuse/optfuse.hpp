@@ -1,0 +1,7 @@
+#pragma once
+// The optfuse C++ API in one include. The plain C API is optfuse/optfuse.h.
+#include "optfuse/dtype.h"
+#include "optfuse/engine.h"
+#include "optfuse/error.h"
+#include "optfuse/graph.h"
+#include "optfuse/optim.h"

@@ -1,0 +1,105 @@
+#pragma once
+// Optimizers with torch.optim names, defaults and semantics, running fused JIT kernels.
+//
+//   optfuse::Engine engine;
+//   auto opt = optfuse::Optimizer::create(engine, {{"type", "adamw"}, {"lr", 1e-3}});
+//   opt->add_param_group({{w_ref, w_grad_ref}, ...}, {{"weight_decay", 0.1}});
+//   opt->add_param_group({{b_ref, b_grad_ref}, ...}, {{"weight_decay", 0.0}});
+//   for (...) { /* fill grads */ opt->step(); }
+//
+// Parameters and gradients are float32 host buffers owned by the caller; optimizer state
+// (exp_avg, momentum_buffer, ...) is owned by the optimizer, created lazily at the first step
+// exactly as torch does. One compiled kernel serves every tensor of every group whose update has
+// the same STRUCTURE (e.g. AdamW without AMSGrad); hyperparameter values and sizes are call
+// arguments, so changing lr between steps never recompiles.
+//
+// Errors are optfuse::Error naming the group, tensor and value at fault; a rejected call changes
+// nothing (no param, grad or state byte is written).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "optfuse/engine.h"
+
+namespace optfuse {
+
+using Options = nlohmann::json;  // torch.optim option names -> values, e.g. {"lr": 1e-3}
+
+// A float32 host tensor owned by the caller.
+struct TensorRef {
+  float* data = nullptr;
+  int64_t numel = 0;
+  std::vector<int64_t> shape;  // optional; when given, its product must equal numel
+};
+
+struct ParamRef {
+  TensorRef param;
+  TensorRef grad;
+  std::string name;  // optional, used in messages
+};
+
+// Which optimizers exist and their defaults (torch.optim's), e.g. {"adamw": {...}, "sgd": {...}}.
+std::vector<std::string> optimizer_types();
+Options optimizer_defaults(const std::string& type);
+
+class Optimizer {
+ public:
+  // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw") and
+  // optional defaults for every group, e.g. {"type":"adamw","lr":1e-3,"betas":[0.9,0.999]}.
+  static std::unique_ptr<Optimizer> create(Engine& engine, const Options& config);
+  ~Optimizer();
+
+  const std::string& type() const;
+
+  // Adds a group; `overrides` replace the optimizer's defaults for this group only.
+  // Rejects an empty group, null pointers, numel/shape mismatches, a grad that overlaps any
+  // param, a tensor already in this or another group, and invalid hyperparameters.
+  void add_param_group(const std::vector<ParamRef>& params, const Options& overrides = {});
+
+  // One update of every parameter of every group (one fused kernel call per tensor).
+  void step();
+
+  // Hyperparameters per group, validated as torch does (e.g. set(0, "lr", 3e-4)).
+  void set(size_t group, const std::string& name, const Options& value);
+  Options get(size_t group, const std::string& name) const;
+  const Options& group_options(size_t group) const;
+  size_t num_groups() const;
+  size_t group_size(size_t group) const;
+
+  // Points a parameter at a new gradient buffer (same numel; must not overlap any param).
+  void set_grad(size_t group, size_t index, const TensorRef& grad);
+
+  // Per-tensor state, as torch names it ("exp_avg", "momentum_buffer", ...); null if absent.
+  const std::vector<float>* state(size_t group, size_t index, const std::string& name) const;
+  int64_t step_count(size_t group, size_t index) const;
+
+  // Writes / reads every group's options, step counts and state to a file. load_state checks the
+  // file (checksum, optimizer type, group and tensor sizes) before changing anything; a restored
+  // optimizer continues bit-identically.
+  void save_state(const std::string& path) const;
+  void load_state(const std::string& path);
+
+  // Which compiled kernels serve which groups and tensors ("lazy inline" made visible).
+  struct KernelUse {
+    std::string key;
+    std::string name;
+    int64_t groups = 0;
+    int64_t tensors = 0;
+    int64_t elements = 0;
+  };
+  std::vector<KernelUse> kernel_uses() const;
+
+  // Bytes each step() reads plus writes (params, grads, state), for bandwidth figures.
+  int64_t bytes_per_step() const;
+
+  struct Impl;
+
+ private:
+  explicit Optimizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace optfuse

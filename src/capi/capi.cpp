@@ -1,0 +1,186 @@
+// The C API: a thin shell over the C++ API that turns exceptions into status codes.
+#include "optfuse/optfuse.h"
+
+#include <exception>
+#include <new>
+#include <string>
+
+#include "optfuse/optfuse.hpp"
+
+struct optfuse_engine {
+  optfuse::Engine engine;
+  explicit optfuse_engine(optfuse::EngineOptions o) : engine(std::move(o)) {}
+};
+struct optfuse_optimizer {
+  std::unique_ptr<optfuse::Optimizer> opt;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+int fail(int code, const std::string& message) {
+  g_last_error = message;
+  return code;
+}
+
+// Runs `f`, mapping every exception to a status code and message.
+template <typename F>
+int guarded(F&& f) {
+  try {
+    f();
+    g_last_error.clear();
+    return OPTFUSE_OK;
+  } catch (const optfuse::IoError& e) {
+    return fail(OPTFUSE_ERR_IO, e.what());
+  } catch (const optfuse::Error& e) {
+    std::string what = e.what();
+    if (what.rfind("internal error", 0) == 0) return fail(OPTFUSE_ERR_INTERNAL, what);
+    return fail(OPTFUSE_ERR_INVALID, what);
+  } catch (const nlohmann::json::exception& e) {
+    return fail(OPTFUSE_ERR_INVALID, std::string("invalid JSON: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(OPTFUSE_ERR_INTERNAL, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(OPTFUSE_ERR_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail(OPTFUSE_ERR_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+#define OPTFUSE_REQUIRE(ptr)                                                \
+  do {                                                                      \
+    if ((ptr) == nullptr) return fail(OPTFUSE_ERR_INVALID, #ptr " is NULL"); \
+  } while (0)
+
+optfuse::Options parse_json(const char* text, const char* what) {
+  if (text == nullptr || *text == '\0') return optfuse::Options::object();
+  optfuse::Options j = optfuse::Options::parse(text, nullptr, false);
+  if (j.is_discarded()) throw optfuse::Error(std::string(what) + " is not valid JSON: " + text);
+  return j;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* optfuse_last_error(void) { return g_last_error.c_str(); }
+const char* optfuse_version(void) { return OPTFUSE_VERSION; }
+
+int optfuse_engine_create(const char* target, int num_threads, optfuse_engine** out) {
+  OPTFUSE_REQUIRE(out);
+  *out = nullptr;
+  return guarded([&] {
+    optfuse::EngineOptions o;
+    if (target) o.target = target;
+    o.num_threads = num_threads;
+    *out = new optfuse_engine(std::move(o));
+  });
+}
+
+void optfuse_engine_destroy(optfuse_engine* engine) { delete engine; }
+
+int optfuse_engine_counters(const optfuse_engine* engine, optfuse_counters* out) {
+  OPTFUSE_REQUIRE(engine);
+  OPTFUSE_REQUIRE(out);
+  return guarded([&] {
+    optfuse::EngineCounters c = engine->engine.counters();
+    *out = {c.compiles, c.lookups, c.hits, c.compile_seconds};
+  });
+}
+
+int optfuse_optimizer_create(optfuse_engine* engine, const char* config_json, optfuse_optimizer** out) {
+  OPTFUSE_REQUIRE(engine);
+  OPTFUSE_REQUIRE(config_json);
+  OPTFUSE_REQUIRE(out);
+  *out = nullptr;
+  return guarded([&] {
+    auto opt = optfuse::Optimizer::create(engine->engine, parse_json(config_json, "config"));
+    *out = new optfuse_optimizer{std::move(opt)};
+  });
+}
+
+void optfuse_optimizer_destroy(optfuse_optimizer* opt) { delete opt; }
+
+int optfuse_optimizer_add_group(optfuse_optimizer* opt, size_t n, float* const* params,
+                                float* const* grads, const int64_t* numels,
+                                const int64_t* const* shapes, const int* ndims,
+                                const char* overrides_json) {
+  OPTFUSE_REQUIRE(opt);
+  if (n > 0) {
+    OPTFUSE_REQUIRE(params);
+    OPTFUSE_REQUIRE(grads);
+    OPTFUSE_REQUIRE(numels);
+  }
+  if ((shapes == nullptr) != (ndims == nullptr))
+    return fail(OPTFUSE_ERR_INVALID, "shapes and ndims must both be given or both be NULL");
+  return guarded([&] {
+    std::vector<optfuse::ParamRef> refs(n);
+    for (size_t i = 0; i < n; ++i) {
+      refs[i].param = {params[i], numels[i], {}};
+      refs[i].grad = {grads[i], numels[i], {}};
+      if (shapes) {
+        if (ndims[i] < 0 || (ndims[i] > 0 && shapes[i] == nullptr))
+          throw optfuse::Error("tensor " + std::to_string(i) + ": shape is NULL or ndims < 0");
+        if (ndims[i] == 0 && numels[i] != 1)
+          throw optfuse::Error("tensor " + std::to_string(i) + ": a 0-dim tensor has 1 element, numel is " +
+                               std::to_string(numels[i]));
+        refs[i].param.shape.assign(shapes[i], shapes[i] + ndims[i]);
+        refs[i].grad.shape = refs[i].param.shape;
+      }
+    }
+    opt->opt->add_param_group(refs, parse_json(overrides_json, "overrides"));
+  });
+}
+
+int optfuse_optimizer_step(optfuse_optimizer* opt) {
+  OPTFUSE_REQUIRE(opt);
+  return guarded([&] { opt->opt->step(); });
+}
+
+int optfuse_optimizer_set_hyper(optfuse_optimizer* opt, size_t group, const char* name, double value) {
+  OPTFUSE_REQUIRE(opt);
+  OPTFUSE_REQUIRE(name);
+  return guarded([&] { opt->opt->set(group, name, value); });
+}
+
+int optfuse_optimizer_set_option_json(optfuse_optimizer* opt, size_t group, const char* name,
+                                      const char* value_json) {
+  OPTFUSE_REQUIRE(opt);
+  OPTFUSE_REQUIRE(name);
+  OPTFUSE_REQUIRE(value_json);
+  return guarded([&] { opt->opt->set(group, name, parse_json(value_json, "value")); });
+}
+
+int optfuse_optimizer_get_hyper(const optfuse_optimizer* opt, size_t group, const char* name,
+                                double* out) {
+  OPTFUSE_REQUIRE(opt);
+  OPTFUSE_REQUIRE(name);
+  OPTFUSE_REQUIRE(out);
+  return guarded([&] {
+    optfuse::Options v = opt->opt->get(group, name);
+    if (!v.is_number())
+      throw optfuse::Error(std::string("option '") + name + "' is not a number: " + v.dump());
+    *out = v.get<double>();
+  });
+}
+
+int optfuse_optimizer_set_grad(optfuse_optimizer* opt, size_t group, size_t index, float* grad,
+                               int64_t numel) {
+  OPTFUSE_REQUIRE(opt);
+  return guarded([&] { opt->opt->set_grad(group, index, {grad, numel, {}}); });
+}
+
+int optfuse_optimizer_save(const optfuse_optimizer* opt, const char* path) {
+  OPTFUSE_REQUIRE(opt);
+  OPTFUSE_REQUIRE(path);
+  return guarded([&] { opt->opt->save_state(path); });
+}
+
+int optfuse_optimizer_load(optfuse_optimizer* opt, const char* path) {
+  OPTFUSE_REQUIRE(opt);
+  OPTFUSE_REQUIRE(path);
+  return guarded([&] { opt->opt->load_state(path); });
+}
+
+}  // extern "C"

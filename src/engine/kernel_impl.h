@@ -1,0 +1,54 @@
+#pragma once
+// The compiled kernel behind optfuse::Kernel: a JIT'ed `_argv` entry point plus what a call needs
+// to build its arguments (signature, resolved schedule, the session that owns the code).
+#include <memory>
+#include <string>
+
+#include "jit/session.h"
+#include "optfuse/engine.h"
+
+namespace optfuse::engine_detail {
+
+class KernelImpl final : public Kernel {
+ public:
+  // Largest tensor or scalar count a kernel may have: call arguments live on the stack.
+  static constexpr size_t kMaxTensors = 64, kMaxScalars = 64;
+
+  // Throws Error if the signature exceeds kMaxTensors / kMaxScalars.
+  KernelImpl(KernelSignature signature, std::string key, std::string name, Schedule resolved,
+             std::shared_ptr<jit::Session> session, jit::ArgvFn fn);
+
+  const KernelSignature& signature() const override { return signature_; }
+  const std::string& key() const override { return key_; }
+  const std::string& name() const override { return name_; }
+  void run(const KernelCall& call) const override;
+
+  // What this kernel was built from (also lets tests build a kernel with a doctored signature).
+  const Schedule& schedule() const { return schedule_; }
+  const std::shared_ptr<jit::Session>& session() const { return session_; }
+  jit::ArgvFn entry() const { return fn_; }
+
+  // The parallel task size for `n` elements: few large tasks (see Schedule), a whole number of
+  // vectors.
+  int64_t chunk_for(int64_t n) const;
+
+ private:
+  union ScalarValue {
+    double f64;
+    float f32;
+    uint16_t f16;
+    bool b;
+  };
+
+  void check(const KernelCall& call) const;
+  void run_slice(const KernelCall& call, const ScalarValue* scalars, int64_t offset,
+                 int64_t n) const;
+
+  KernelSignature signature_;
+  std::string key_, name_;
+  Schedule schedule_;
+  std::shared_ptr<jit::Session> session_;
+  jit::ArgvFn fn_;
+};
+
+}  // namespace optfuse::engine_detail

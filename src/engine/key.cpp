@@ -1,0 +1,57 @@
+#include "engine/key.h"
+
+#include "jit/halide_bridge.h"
+
+#ifndef OPTFUSE_VERSION
+#error "OPTFUSE_VERSION must be defined by the build (CMakeLists.txt)"
+#endif
+
+namespace optfuse {
+
+std::string Schedule::str() const {
+  return "v" + std::to_string(vector_width) + ".t" + std::to_string(tasks_per_thread) + ".m" +
+         std::to_string(min_task);
+}
+
+namespace {
+
+template <typename Args>
+int index_of(const Args& args, const std::string& name, std::string Args::value_type::*field) {
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].*field == name) return static_cast<int>(i);
+  return -1;
+}
+
+// Fields joined with a separator no field contains (a newline), so ("ab","c") != ("a","bc").
+std::string joined(std::initializer_list<std::string> fields) {
+  std::string s;
+  for (const std::string& f : fields) s += f + "\n";
+  return s;
+}
+
+}  // namespace
+
+int KernelSignature::input_index(const std::string& name) const {
+  return index_of(inputs, name, &TensorArg::name);
+}
+
+int KernelSignature::scalar_index(const std::string& name) const {
+  return index_of(scalars, name, &ScalarArg::name);
+}
+
+namespace engine_detail {
+
+std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
+                       const std::string& target) {
+  return xxh3_128(joined({"kernel", graph_hash.hex(), resolved.str(), target, OPTFUSE_VERSION,
+                          jit::toolchain_version()}))
+      .hex();
+}
+
+std::string runtime_key(const std::string& target) {
+  return xxh3_128(joined({"halide-runtime", target, OPTFUSE_VERSION, jit::toolchain_version()}))
+      .hex();
+}
+
+}  // namespace engine_detail
+}  // namespace optfuse

@@ -1,0 +1,151 @@
+#include "jit/halide_bridge.h"
+
+#include <Halide.h>
+#include <llvm/Config/llvm-config.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "lower/lower.h"
+#include "optfuse/error.h"
+
+namespace optfuse::jit {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh private directory for Halide's output files, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "optfuse-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw Error("cannot create a temporary directory in " + pattern);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read " + path);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+Halide::Target halide_target(const std::string& resolved) { return Halide::Target(resolved); }
+
+// What kernels are compiled for: the runtime is linked separately, and the user context carries
+// each call's error buffer to the error handler.
+Halide::Target kernel_target(const std::string& resolved) {
+  return halide_target(resolved)
+      .with_feature(Halide::Target::NoRuntime)
+      .with_feature(Halide::Target::UserContext);
+}
+
+// Runs `f`, turning Halide's exceptions into optfuse::Error (internal ones into internal errors).
+template <typename F>
+auto halide_call(const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const Halide::InternalError& e) {
+    internal_error(what + ": Halide: " + e.what());
+  } catch (const Halide::Error& e) {
+    throw Error(what + ": Halide: " + e.what());
+  }
+}
+
+}  // namespace
+
+std::string resolve_target(const std::string& target) {
+  if (target == "host") return Halide::get_host_target().to_string();
+  if (!Halide::Target::validate_target_string(target))
+    throw Error("unknown target \"" + target +
+                "\": expected \"host\" or a Halide target string "
+                "such as \"x86-64-linux-avx2\"");
+  return Halide::Target(target).to_string();
+}
+
+Schedule resolve_schedule(const Schedule& s, const std::string& target) {
+  return lower::resolve_schedule(s, halide_target(target));
+}
+
+std::vector<char> compile_kernel_object(const Graph& canonical, const Schedule& s,
+                                        const std::string& target, const std::string& fn_name) {
+  return halide_call("compiling " + fn_name, [&] {
+    Halide::Target t = kernel_target(target);
+    lower::Lowered l = lower::lower(canonical, s, t);
+    TempDir dir;
+    std::string path = dir.file("kernel.o");
+    l.pipeline.compile_to_object(path, l.args, fn_name, t);
+    return read_file(path);
+  });
+}
+
+std::vector<char> compile_runtime_object(const std::string& target) {
+  return halide_call("compiling the Halide runtime", [&] {
+    TempDir dir;
+    std::string path = dir.file("runtime.o");
+    Halide::compile_standalone_runtime(path, kernel_target(target));
+    return read_file(path);
+  });
+}
+
+std::string lowered_stmt(const Graph& canonical, const Schedule& s, const std::string& target) {
+  return halide_call("lowering", [&] {
+    Halide::Target t = kernel_target(target);
+    lower::Lowered l = lower::lower(canonical, s, t);
+    TempDir dir;
+    std::string path = dir.file("kernel.stmt");
+    l.pipeline.compile_to_lowered_stmt(path, l.args, Halide::StmtOutputFormat::Text, t);
+    std::vector<char> text = read_file(path);
+    return std::string(text.begin(), text.end());
+  });
+}
+
+std::string toolchain_version() {
+  // Halide.h defines no version macro; the package is Halide 14 (CMake: find_package(Halide 14)).
+  return "halide-14 (llvm " + std::to_string(Halide::Internal::get_llvm_version()) + ") llvm-" +
+         LLVM_VERSION_STRING;
+}
+
+void encode_scalar(double value, DType t, void* out) {
+  switch (t) {
+    case DType::F64:
+      std::memcpy(out, &value, 8);
+      return;
+    case DType::F32: {
+      float f = static_cast<float>(value);
+      std::memcpy(out, &f, 4);
+      return;
+    }
+    case DType::F16: {
+      uint16_t bits = Halide::float16_t(value).to_bits();  // rounds from double directly
+      std::memcpy(out, &bits, 2);
+      return;
+    }
+    case DType::BF16: {
+      uint16_t bits = Halide::bfloat16_t(value).to_bits();
+      std::memcpy(out, &bits, 2);
+      return;
+    }
+    case DType::Bool: {
+      bool b = value != 0;
+      std::memcpy(out, &b, 1);
+      return;
+    }
+  }
+  internal_error("encode_scalar: bad dtype");
+}
+
+}  // namespace optfuse::jit

@@ -1,0 +1,35 @@
+#pragma once
+// Everything the engine needs from libHalide, behind an interface free of Halide types (so only
+// src/lower and src/jit .cpp files include Halide.h). Halide's exceptions become optfuse::Error.
+#include <string>
+#include <vector>
+
+#include "optfuse/engine.h"
+
+namespace optfuse::jit {
+
+// "host" -> the host's Halide target; any other string must be a valid Halide target string.
+// Returns the target's canonical text; throws Error naming `target` otherwise.
+std::string resolve_target(const std::string& target);
+
+// `s` with defaults filled in for `target` (vector_width 0 -> twice the natural f32 width).
+Schedule resolve_schedule(const Schedule& s, const std::string& target);
+
+// The object file of canonical graph `g` compiled for `target` (NoRuntime, UserContext), with
+// entry points `fn_name` and `fn_name`_argv. See src/lower/lower.h for the argument order.
+std::vector<char> compile_kernel_object(const Graph& canonical, const Schedule& s,
+                                        const std::string& target, const std::string& fn_name);
+
+// The Halide runtime for `target` as an object file (compiled once per target by the caller).
+std::vector<char> compile_runtime_object(const std::string& target);
+
+// Halide's lowered statement (text) for canonical graph `g`.
+std::string lowered_stmt(const Graph& canonical, const Schedule& s, const std::string& target);
+
+// Halide and LLVM versions, e.g. "halide-14 (llvm 140) llvm-14.0.6": part of every kernel key.
+std::string toolchain_version();
+
+// Writes `value` converted (round-to-nearest-even) to dtype `t` at `out` (dtype_size(t) bytes).
+void encode_scalar(double value, DType t, void* out);
+
+}  // namespace optfuse::jit

@@ -1,0 +1,71 @@
+#include "jit/jit.h"
+
+// LLVM 14's ORC headers trip GCC's -Wredundant-move; they are not ours to fix.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wredundant-move"
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#pragma GCC diagnostic pop
+
+#include <mutex>
+
+#include "optfuse/error.h"
+
+namespace optfuse::jit {
+namespace {
+
+// llvm::Error -> optfuse::Error, consuming the llvm::Error.
+[[noreturn]] void throw_llvm(const std::string& what, llvm::Error err) {
+  throw Error(what + ": " + llvm::toString(std::move(err)));
+}
+
+template <typename T>
+T unwrap(llvm::Expected<T> value, const std::string& what) {
+  if (!value) throw_llvm(what, value.takeError());
+  return std::move(*value);
+}
+
+void initialize_llvm_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+}  // namespace
+
+struct Jit::Impl {
+  std::unique_ptr<llvm::orc::LLJIT> lljit;
+};
+
+Jit::Jit(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Jit::~Jit() = default;
+
+std::unique_ptr<Jit> Jit::create() {
+  initialize_llvm_once();
+  auto impl = std::make_unique<Impl>();
+  impl->lljit = unwrap(llvm::orc::LLJITBuilder().create(), "cannot create the LLVM JIT");
+  char prefix = impl->lljit->getDataLayout().getGlobalPrefix();
+  impl->lljit->getMainJITDylib().addGenerator(
+      unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix),
+             "cannot search the process for symbols"));
+  return std::unique_ptr<Jit>(new Jit(std::move(impl)));
+}
+
+void Jit::add_object(const std::vector<char>& object, const std::string& name) {
+  auto buffer =
+      llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), name);
+  if (llvm::Error err = impl_->lljit->addObjectFile(std::move(buffer)))
+    throw_llvm("cannot load object " + name, std::move(err));
+}
+
+void* Jit::lookup(const std::string& symbol) {
+  llvm::JITEvaluatedSymbol sym =
+      unwrap(impl_->lljit->lookup(symbol), "cannot find symbol " + symbol);
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(sym.getAddress()));
+}
+
+}  // namespace optfuse::jit

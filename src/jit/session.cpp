@@ -1,0 +1,67 @@
+#include "jit/session.h"
+
+#include <string>
+
+#include "optfuse/error.h"
+
+namespace optfuse::jit {
+namespace {
+
+// Where the runtime's error handler puts its text: the call's own buffer, reached through the
+// user context (UserContext is on), so concurrent calls on other threads never mix messages.
+// Runtime errors raised without a context (none are expected) go to a thread-local buffer.
+struct CallContext {
+  std::string error;
+};
+thread_local std::string orphan_error;
+
+void capture_halide_error(void* user_context, const char* message) {
+  std::string& sink = user_context ? static_cast<CallContext*>(user_context)->error : orphan_error;
+  if (!sink.empty()) sink += "; ";
+  sink += message ? message : "(no message)";
+  while (!sink.empty() && (sink.back() == '\n' || sink.back() == ' ')) sink.pop_back();
+}
+
+using ErrorHandler = void (*)(void*, const char*);
+
+}  // namespace
+
+Session::Session(std::unique_ptr<Jit> jit, int num_threads)
+    : jit_(std::move(jit)), num_threads_(num_threads) {}
+
+std::shared_ptr<Session> Session::create(const std::vector<char>& runtime_object, int num_threads) {
+  auto jit = Jit::create();
+  jit->add_object(runtime_object, "halide_runtime.o");
+  auto set_num_threads = reinterpret_cast<int (*)(int)>(jit->lookup("halide_set_num_threads"));
+  auto set_error_handler =
+      reinterpret_cast<ErrorHandler (*)(ErrorHandler)>(jit->lookup("halide_set_error_handler"));
+  auto shutdown = reinterpret_cast<void (*)()>(jit->lookup("halide_shutdown_thread_pool"));
+  // Before the first kernel call: the pool's size is fixed when it starts and never shrinks.
+  set_num_threads(num_threads);
+  set_error_handler(&capture_halide_error);
+  std::shared_ptr<Session> session(new Session(std::move(jit), num_threads));
+  session->shutdown_thread_pool_ = shutdown;
+  return session;
+}
+
+Session::~Session() {
+  if (shutdown_thread_pool_) shutdown_thread_pool_();
+}
+
+ArgvFn Session::load_kernel(const std::vector<char>& object, const std::string& fn_name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  jit_->add_object(object, fn_name + ".o");
+  return reinterpret_cast<ArgvFn>(jit_->lookup(fn_name + "_argv"));
+}
+
+void Session::call(ArgvFn fn, void** args, const std::string& kernel) {
+  CallContext context;
+  void* user_context = &context;
+  args[0] = &user_context;  // argv passes every scalar, the user context too, by address
+  int rc = fn(args);
+  if (rc == 0) return;
+  if (context.error.empty()) context.error = "Halide error code " + std::to_string(rc);
+  throw Error("kernel \"" + kernel + "\" failed: " + context.error);
+}
+
+}  // namespace optfuse::jit

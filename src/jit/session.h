@@ -1,0 +1,44 @@
+#pragma once
+// A JIT session: one Jit with the Halide runtime loaded, and the kernels loaded next to it. The
+// kernels share the runtime's thread pool and error handler. Kernels keep their session alive
+// (shared_ptr), so a kernel outliving its Engine stays callable.
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "jit/jit.h"
+
+namespace optfuse::jit {
+
+using ArgvFn = int (*)(void** args);
+
+class Session {
+ public:
+  // Loads `runtime_object` (compile_runtime_object()) and sets its thread count and error handler
+  // before any kernel runs. Throws Error.
+  static std::shared_ptr<Session> create(const std::vector<char>& runtime_object, int num_threads);
+  // Shuts the runtime's thread pool down before the JIT frees the code its workers run.
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Loads a kernel object and returns its `fn_name`_argv entry point. Thread-safe.
+  ArgvFn load_kernel(const std::vector<char>& object, const std::string& fn_name);
+
+  // Calls `fn` with `args` (args[0] is filled in here: the user context). If the kernel fails,
+  // throws Error naming `kernel` with the runtime's message.
+  static void call(ArgvFn fn, void** args, const std::string& kernel);
+
+  int num_threads() const { return num_threads_; }
+
+ private:
+  Session(std::unique_ptr<Jit> jit, int num_threads);
+
+  std::mutex mutex_;
+  std::unique_ptr<Jit> jit_;
+  int num_threads_;
+  void (*shutdown_thread_pool_)() = nullptr;
+};
+
+}  // namespace optfuse::jit

@@ -1,0 +1,40 @@
+#pragma once
+// Lowering: a canonical graph -> ONE Halide pipeline (internal header).
+//
+// This header includes Halide.h (huge): include it only from src/lower and src/jit .cpp files.
+//
+// The pipeline, for a canonical graph with tensor inputs I, scalars S and outputs O:
+//   * every tensor input is an ImageParam(type, 1): flat, 1-D, stride 1;
+//   * every scalar is a Param of its dtype: values are call arguments, never compiled in;
+//   * `uniforms()`: a 0-D Func computed once per call (compute_root) holding, as a Tuple, every
+//     maximal scalar/constant-only subexpression that a tensor expression uses;
+//   * `load(x)`: a Tuple of every tensor input at x, computed per vector before any output is
+//     stored, so in-place updates (output buffer == input buffer) never read a stored value;
+//   * `out(x)`: ONE Func returning a Tuple of all outputs, in canonical output order (sorted by
+//     the input they replace): p', m', v' come out of one loop.
+// Halide argument order (the `_argv` entry point): [user_context, inputs..., scalars..., chunk,
+// outputs...]. Halide always appends output buffers after the explicit arguments; `chunk` is the
+// runtime task size in elements (a multiple of the vector width), computed per call.
+#include <Halide.h>
+
+#include <vector>
+
+#include "optfuse/engine.h"
+
+namespace optfuse::lower {
+
+Halide::Type halide_type(DType t);
+
+// `s` with vector_width 0 replaced by its value for `target` (twice the natural f32 width).
+Schedule resolve_schedule(Schedule s, const Halide::Target& target);
+
+struct Lowered {
+  Halide::Pipeline pipeline;
+  std::vector<Halide::Argument> args;  // [inputs..., scalars..., chunk]
+};
+
+// Lowers canonical graph `g` (canonicalize() output) with resolved schedule `s` for `target`.
+// Throws Error for graphs it cannot lower (no outputs, a target without a schedule).
+Lowered lower(const Graph& canonical, const Schedule& s, const Halide::Target& target);
+
+}  // namespace optfuse::lower

@@ -1,0 +1,28 @@
+#pragma once
+// Per-op lowering to Halide expressions (internal; includes Halide.h — src/lower and src/jit only).
+#include <Halide.h>
+
+#include <vector>
+
+#include "optfuse/graph.h"
+
+namespace optfuse::lower {
+
+// Per-element code uses the fast, bounded-error f32 sqrt/rsqrt (see README.md); code that runs
+// once per call (the uniforms Func) uses exact ones: its cost does not matter.
+enum class Precision { Exact, Fast };
+
+// Lowers one non-leaf op whose result dtype is `t`, on already-lowered operands. 16-bit float
+// operands are computed in f32 and the result rounded once to `t` (exact for + - * / sqrt: f32
+// has more than 2p+2 significand bits for both f16 and bf16).
+Halide::Expr lower_op(Op op, DType t, const std::vector<Halide::Expr>& args, Precision p);
+
+// A constant of dtype `t` (the graph already rounded `v` to `t`).
+Halide::Expr constant(double v, DType t);
+
+// f32 sqrt(x) and 1/sqrt(x) from the hardware estimate plus ONE Newton step; IEEE results for
+// 0, -0, +inf, negatives and NaN; max error measured in README.md. Never the bare estimate.
+Halide::Expr fast_sqrt_f32(const Halide::Expr& x);
+Halide::Expr fast_rsqrt_f32(const Halide::Expr& x);
+
+}  // namespace optfuse::lower

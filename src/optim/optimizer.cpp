@@ -1,0 +1,300 @@
+// Optimizer: parameter groups, validation, and step() as three phases so that a failure changes
+// nothing: (1) resolve every group's kernel (may compile), (2) allocate missing state, (3) run.
+#include <algorithm>
+#include <cstdint>
+
+#include "optfuse/error.h"
+#include "optim/optimizer_impl.h"
+#include "optim/options.h"
+
+namespace optfuse {
+
+using Impl = Optimizer::Impl;
+
+std::string Impl::where(size_t group, size_t index, const ParamRef& ref) {
+  std::string s = where(group) + ", tensor " + std::to_string(index);
+  if (!ref.name.empty()) s += " ('" + ref.name + "')";
+  return s;
+}
+
+namespace {
+
+void check_tensor(const TensorRef& t, const char* what, const std::string& where) {
+  if (t.data == nullptr) throw Error(where + ": " + what + " pointer is null");
+  if (t.numel <= 0)
+    throw Error(where + ": " + what + " has " + std::to_string(t.numel) +
+                " elements (must be > 0)");
+  if (!t.shape.empty()) {
+    int64_t product = 1;
+    std::string dims;
+    for (int64_t d : t.shape) {
+      if (d < 0) throw Error(where + ": " + what + " shape has a negative dimension");
+      product *= d;
+      dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    }
+    if (product != t.numel)
+      throw Error(where + ": " + what + " shape [" + dims + "] has " + std::to_string(product) +
+                  " elements but numel is " + std::to_string(t.numel));
+  }
+}
+
+// One memory range of a param or grad, for overlap checks.
+struct Span {
+  uintptr_t begin, end;
+  bool is_param;
+  std::string who;
+};
+
+Span span_of(const TensorRef& t, bool is_param, std::string who) {
+  auto b = reinterpret_cast<uintptr_t>(t.data);
+  return {b, b + static_cast<uintptr_t>(t.numel) * sizeof(float), is_param, std::move(who)};
+}
+
+// Rejects any overlap that involves a param (grads may share memory with each other: read-only).
+void check_overlaps(std::vector<Span> spans) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  const Span* last_param = nullptr;  // the param reaching furthest so far
+  const Span* last_any = nullptr;    // the span of any kind reaching furthest so far
+  for (const Span& s : spans) {
+    if (last_param && s.begin < last_param->end) {
+      if (s.is_param && s.begin == last_param->begin && s.end == last_param->end)
+        throw Error(s.who + ": the same param is also " + last_param->who +
+                    " (some parameters appear in more than one parameter group)");
+      throw Error(s.who + ": " + (s.is_param ? "param" : "grad") + " memory overlaps the param of " +
+                  last_param->who);
+    }
+    if (s.is_param && last_any && s.begin < last_any->end)
+      throw Error(s.who + ": param memory overlaps the " + (last_any->is_param ? "param" : "grad") +
+                  " of " + last_any->who);
+    if (s.is_param && (!last_param || s.end > last_param->end)) last_param = &s;
+    if (!last_any || s.end > last_any->end) last_any = &s;
+  }
+}
+
+std::vector<Span> all_spans(const std::vector<Impl::Group>& groups) {
+  std::vector<Span> spans;
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (size_t ti = 0; ti < groups[gi].tensors.size(); ++ti) {
+      const ParamRef& r = groups[gi].tensors[ti].ref;
+      spans.push_back(span_of(r.param, true, Impl::where(gi, ti, r)));
+      spans.push_back(span_of(r.grad, false, Impl::where(gi, ti, r)));
+    }
+  return spans;
+}
+
+// Binds a group to the kernel for its current structure (compiling on first use).
+void resolve_kernel(Impl& impl, Impl::Group& g) {
+  std::string structure = impl.rule->structure(g.options);
+  if (g.kernel && g.structure == structure) return;
+  auto kernel = impl.engine->kernel(impl.rule->graph(g.options));
+  std::vector<std::string> names = impl.rule->state_names(g.options);
+  std::vector<int> slots;
+  for (const auto& in : kernel->signature().inputs) {
+    if (in.role != Role::State) {
+      slots.push_back(-1);
+      continue;
+    }
+    auto it = std::find(names.begin(), names.end(), in.name);
+    if (it == names.end()) internal_error("kernel state '" + in.name + "' not declared by rule");
+    slots.push_back(static_cast<int>(it - names.begin()));
+  }
+  g.kernel = std::move(kernel);
+  g.structure = std::move(structure);
+  g.state_slot = std::move(slots);
+  g.state_names = std::move(names);
+}
+
+void* input_pointer(Impl::Tensor& t, const KernelSignature::TensorArg& arg) {
+  switch (arg.role) {
+    case Role::Param: return t.ref.param.data;
+    case Role::Grad: return t.ref.grad.data;
+    case Role::State: return t.state.at(arg.name).data();
+  }
+  internal_error("bad role");
+}
+
+void run_tensor(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool created_now) {
+  const KernelSignature& sig = g.kernel->signature();
+  optim::TensorStep ts{++t.step, created_now};
+  std::map<std::string, double> values;
+  impl.rule->scalars(g.options, ts, &values);
+
+  KernelCall call;
+  call.n = t.ref.param.numel;
+  for (const auto& in : sig.inputs) call.inputs.push_back(input_pointer(t, in));
+  for (const auto& s : sig.scalars) {
+    auto it = values.find(s.name);
+    if (it == values.end()) internal_error("rule gave no value for scalar '" + s.name + "'");
+    call.scalars.push_back(it->second);
+  }
+  for (const auto& out : sig.outputs) {
+    int i = sig.input_index(out.replaces);
+    if (i < 0) internal_error("output replaces unknown input '" + out.replaces + "'");
+    call.outputs.push_back(call.inputs[static_cast<size_t>(i)]);
+  }
+  g.kernel->run(call);
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Optimizer::~Optimizer() = default;
+
+std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& config) {
+  if (!config.is_object()) throw Error("optimizer config must be a JSON object, got " + config.dump());
+  auto type = config.find("type");
+  if (type == config.end() || !type->is_string())
+    throw Error("optimizer config needs \"type\" (one of: adam, adamw, sgd)");
+  auto impl = std::make_unique<Impl>();
+  impl->engine = &engine;
+  impl->rule = optim::make_rule(type->get<std::string>());
+  Options rest = config;
+  rest.erase("type");
+  impl->defaults = optim::merge(impl->rule->defaults(), rest, impl->rule->type(), "optimizer config");
+  impl->rule->validate(impl->defaults, "optimizer config");
+  return std::unique_ptr<Optimizer>(new Optimizer(std::move(impl)));
+}
+
+const std::string& Optimizer::type() const { return impl_->rule->type(); }
+size_t Optimizer::num_groups() const { return impl_->groups.size(); }
+
+static Impl::Group& group_at(Impl& impl, size_t group) {
+  if (group >= impl.groups.size())
+    throw Error("param group " + std::to_string(group) + " does not exist (there are " +
+                std::to_string(impl.groups.size()) + ")");
+  return impl.groups[group];
+}
+
+size_t Optimizer::group_size(size_t group) const { return group_at(*impl_, group).tensors.size(); }
+const Options& Optimizer::group_options(size_t group) const { return group_at(*impl_, group).options; }
+
+void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Options& overrides) {
+  size_t gi = impl_->groups.size();
+  std::string where = Impl::where(gi);
+  if (params.empty()) throw Error(where + ": optimizer got an empty parameter list");
+  Impl::Group g;
+  g.options = optim::merge(impl_->defaults, overrides, impl_->rule->type(), where);
+  impl_->rule->validate(g.options, where);
+  for (size_t ti = 0; ti < params.size(); ++ti) {
+    const ParamRef& r = params[ti];
+    std::string who = Impl::where(gi, ti, r);
+    check_tensor(r.param, "param", who);
+    check_tensor(r.grad, "grad", who);
+    if (r.grad.numel != r.param.numel)
+      throw Error(who + ": grad has " + std::to_string(r.grad.numel) + " elements but param has " +
+                  std::to_string(r.param.numel));
+    g.tensors.push_back(Impl::Tensor{r, 0, {}});
+  }
+  std::vector<Span> spans = all_spans(impl_->groups);
+  for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
+    const ParamRef& r = g.tensors[ti].ref;
+    spans.push_back(span_of(r.param, true, Impl::where(gi, ti, r)));
+    spans.push_back(span_of(r.grad, false, Impl::where(gi, ti, r)));
+  }
+  check_overlaps(std::move(spans));
+  impl_->groups.push_back(std::move(g));
+}
+
+void Optimizer::set(size_t group, const std::string& name, const Options& value) {
+  Impl::Group& g = group_at(*impl_, group);
+  Options merged =
+      optim::merge(g.options, Options{{name, value}}, impl_->rule->type(), Impl::where(group));
+  impl_->rule->validate(merged, Impl::where(group));
+  g.options = std::move(merged);  // a structural change is picked up at the next step
+}
+
+Options Optimizer::get(size_t group, const std::string& name) const {
+  const Impl::Group& g = group_at(*impl_, group);
+  auto it = g.options.find(name);
+  if (it == g.options.end())
+    throw Error(Impl::where(group) + ": unknown option '" + name + "' for " + impl_->rule->type());
+  return *it;
+}
+
+void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
+  Impl::Group& g = group_at(*impl_, group);
+  if (index >= g.tensors.size())
+    throw Error(Impl::where(group) + ": tensor " + std::to_string(index) + " does not exist");
+  Impl::Tensor& t = g.tensors[index];
+  std::string who = Impl::where(group, index, t.ref);
+  check_tensor(grad, "grad", who);
+  if (grad.numel != t.ref.param.numel)
+    throw Error(who + ": grad has " + std::to_string(grad.numel) + " elements but param has " +
+                std::to_string(t.ref.param.numel));
+  std::vector<Span> spans = all_spans(impl_->groups);
+  for (Span& s : spans)
+    if (!s.is_param && s.who == who) s = span_of(grad, false, who);
+  check_overlaps(std::move(spans));
+  t.ref.grad = grad;
+}
+
+void Optimizer::step() {
+  // Phase 1: kernels (compilation errors surface here, before any write).
+  for (auto& g : impl_->groups) resolve_kernel(*impl_, g);
+
+  // Phase 2: state, allocated completely before any is installed.
+  struct Pending {
+    Impl::Tensor* tensor;
+    std::string name;
+    std::vector<float> zeros;
+  };
+  std::vector<Pending> pending;
+  for (auto& g : impl_->groups)
+    for (auto& t : g.tensors)
+      for (const auto& name : g.state_names)
+        if (!t.state.count(name))
+          pending.push_back({&t, name, std::vector<float>(static_cast<size_t>(t.ref.param.numel), 0.f)});
+  std::vector<const Impl::Tensor*> created;
+  for (auto& p : pending) {
+    p.tensor->state.emplace(p.name, std::move(p.zeros));
+    created.push_back(p.tensor);
+  }
+
+  // Phase 3: one fused kernel call per tensor.
+  for (auto& g : impl_->groups)
+    for (auto& t : g.tensors) {
+      bool created_now = std::find(created.begin(), created.end(), &t) != created.end();
+      run_tensor(*impl_, g, t, created_now);
+    }
+}
+
+const std::vector<float>* Optimizer::state(size_t group, size_t index, const std::string& name) const {
+  const Impl::Group& g = group_at(*impl_, group);
+  if (index >= g.tensors.size()) return nullptr;
+  auto it = g.tensors[index].state.find(name);
+  return it == g.tensors[index].state.end() ? nullptr : &it->second;
+}
+
+int64_t Optimizer::step_count(size_t group, size_t index) const {
+  const Impl::Group& g = group_at(*impl_, group);
+  return index < g.tensors.size() ? g.tensors[index].step : 0;
+}
+
+std::vector<Optimizer::KernelUse> Optimizer::kernel_uses() const {
+  std::vector<KernelUse> uses;
+  for (const auto& g : impl_->groups) {
+    if (!g.kernel) continue;
+    auto it = std::find_if(uses.begin(), uses.end(),
+                           [&](const KernelUse& u) { return u.key == g.kernel->key(); });
+    if (it == uses.end()) {
+      uses.push_back({g.kernel->key(), g.kernel->name(), 0, 0, 0});
+      it = uses.end() - 1;
+    }
+    it->groups += 1;
+    it->tensors += static_cast<int64_t>(g.tensors.size());
+    for (const auto& t : g.tensors) it->elements += t.ref.param.numel;
+  }
+  return uses;
+}
+
+int64_t Optimizer::bytes_per_step() const {
+  int64_t bytes = 0;
+  for (const auto& g : impl_->groups) {
+    int64_t states = static_cast<int64_t>(impl_->rule->state_names(g.options).size());
+    // reads: param, grad, each state; writes: param, each state
+    for (const auto& t : g.tensors) bytes += t.ref.param.numel * int64_t(sizeof(float)) * (3 + 2 * states);
+  }
+  return bytes;
+}
+
+}  // namespace optfuse

@@ -1,0 +1,38 @@
+#pragma once
+// Optimizer internals shared by optimizer.cpp (groups, step) and state_io.cpp (save/load).
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "optfuse/optim.h"
+#include "optim/rule.h"
+
+namespace optfuse {
+
+struct Optimizer::Impl {
+  struct Tensor {
+    ParamRef ref;
+    int64_t step = 0;                                  // torch's state['step']
+    std::map<std::string, std::vector<float>> state;  // created lazily at the first step
+  };
+  struct Group {
+    Options options;  // defaults merged with overrides, validated
+    std::vector<Tensor> tensors;
+    // Resolved at the first step after a structural change:
+    std::string structure;
+    std::shared_ptr<const Kernel> kernel;
+    std::vector<int> state_slot;  // kernel input position -> index into state_names (-1: p / g)
+    std::vector<std::string> state_names;
+  };
+
+  Engine* engine = nullptr;
+  std::unique_ptr<optim::UpdateRule> rule;
+  Options defaults;  // the rule's defaults merged with the optimizer config
+  std::vector<Group> groups;
+
+  static std::string where(size_t group) { return "param group " + std::to_string(group); }
+  static std::string where(size_t group, size_t index, const ParamRef& ref);
+};
+
+}  // namespace optfuse

@@ -1,0 +1,29 @@
+#include <algorithm>
+#include <cctype>
+
+#include "optfuse/error.h"
+#include "optim/rule.h"
+
+namespace optfuse::optim {
+
+std::vector<std::string> rule_types() { return {"adam", "adamw", "sgd"}; }
+
+std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
+  std::string t = type;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "sgd") return make_sgd();
+  if (t == "adam") return make_adam(false);
+  if (t == "adamw") return make_adam(true);
+  std::string known;
+  for (const auto& k : rule_types()) known += (known.empty() ? "" : ", ") + k;
+  throw Error("unknown optimizer type '" + type + "' (known: " + known + ")");
+}
+
+}  // namespace optfuse::optim
+
+namespace optfuse {
+
+std::vector<std::string> optimizer_types() { return optim::rule_types(); }
+Options optimizer_defaults(const std::string& type) { return optim::make_rule(type)->defaults(); }
+
+}  // namespace optfuse

@@ -1,0 +1,45 @@
+#pragma once
+// An UpdateRule is one optimizer's knowledge: torch's defaults and validation, the update graph
+// for a given STRUCTURE (which terms exist), and the per-step host scalars (computed in double,
+// rounded once to the kernel's dtype when the kernel is called).
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "optfuse/graph.h"
+#include "optfuse/optim.h"
+
+namespace optfuse::optim {
+
+// What a rule may know about one tensor when computing its scalars.
+struct TensorStep {
+  int64_t step = 0;               // torch's state['step'] after this step's increment (1-based)
+  bool state_created_now = false;  // its state buffers were created (zeroed) for this step
+};
+
+class UpdateRule {
+ public:
+  virtual ~UpdateRule() = default;
+  virtual const std::string& type() const = 0;  // torch's name, lowercase: "adamw"
+  virtual Options defaults() const = 0;
+  // Throws Error("<where>: Invalid ...") if `h` is not acceptable; `where` names the group.
+  virtual void validate(const Options& h, const std::string& where) const = 0;
+  // A short text that differs exactly when the graph would (e.g. "amsgrad=1").
+  virtual std::string structure(const Options& h) const = 0;
+  virtual Graph graph(const Options& h) const = 0;
+  virtual std::vector<std::string> state_names(const Options& h) const = 0;
+  // Every state name this optimizer can have under any structure (for checking state files).
+  virtual std::vector<std::string> all_state_names() const = 0;
+  virtual void scalars(const Options& h, const TensorStep& t,
+                       std::map<std::string, double>* out) const = 0;
+};
+
+// The rule for a torch.optim type name (case-insensitive); Error listing the known ones if none.
+std::unique_ptr<UpdateRule> make_rule(const std::string& type);
+std::vector<std::string> rule_types();
+
+std::unique_ptr<UpdateRule> make_sgd();
+std::unique_ptr<UpdateRule> make_adam(bool decoupled_weight_decay);  // false: Adam, true: AdamW
+
+}  // namespace optfuse::optim

@@ -1,0 +1,273 @@
+// Engine and JIT: kernel reuse and keys, runtime scalars, errors, object store seam, threads.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "engine/kernel_impl.h"
+#include "optfuse/engine.h"
+#include "optfuse/error.h"
+#include "support/gen.h"
+#include "support/run_kernel.h"
+
+namespace optfuse {
+namespace {
+
+using testing::Aliasing;
+using testing::expect_close;
+using testing::gen;
+using ::testing::HasSubstr;
+using testing::run_kernel;
+using testing::Scalars;
+using testing::Tensors;
+
+// One engine per process: the Halide runtime is compiled once (~0.8 s) and shared.
+Engine& engine() {
+  static Engine e;
+  return e;
+}
+
+// p' = p - lr * g: built with operands in the order given.
+Graph sgd(const std::string& name, bool swapped = false) {
+  Graph g(name);
+  Value p = g.param("p"), grad = g.grad("g"), lr = g.scalar("lr");
+  g.output("p", p - (swapped ? grad * lr : lr * grad));
+  return g;
+}
+
+Tensors data(const std::vector<std::string>& names, size_t n) {
+  Tensors t;
+  uint32_t seed = 1;
+  for (const auto& name : names) {
+    std::vector<double>& v = t[name];
+    for (size_t i = 0; i < n; ++i) v.push_back(gen(seed, i));
+    ++seed;
+  }
+  return t;
+}
+
+TEST(Engine, SameStructureIsOneCompile) {
+  Engine e;
+  auto k1 = e.kernel(sgd("a"));
+  auto k2 = e.kernel(sgd("b", /*swapped=*/true));  // other name, commutative operands swapped
+  EXPECT_EQ(k1, k2);
+  EngineCounters c = e.counters();
+  EXPECT_EQ(c.compiles, 1);
+  EXPECT_EQ(c.lookups, 2);
+  EXPECT_EQ(c.hits, 1);
+  EXPECT_GT(c.compile_seconds, 0);
+
+  Graph other("other");
+  Value p = other.param("p"), grad = other.grad("g"), lr = other.scalar("lr");
+  other.output("p", p + lr * grad);
+  auto k3 = e.kernel(other);
+  EXPECT_NE(k3->key(), k1->key());
+  EXPECT_EQ(e.counters().compiles, 2);
+  EXPECT_EQ(e.kernels().size(), 2u);
+}
+
+TEST(Engine, KeyWithoutCompiling) {
+  Engine e;
+  std::string key = e.kernel_key(sgd("a"));
+  EXPECT_EQ(key.size(), 32u);
+  EXPECT_EQ(e.counters().compiles, 0);
+  EXPECT_EQ(e.counters().lookups, 0);
+  Schedule s;
+  s.vector_width = 8;
+  EXPECT_NE(e.kernel_key(sgd("a"), s), key);
+  EXPECT_EQ(e.kernel(sgd("a"))->key(), key);
+}
+
+TEST(Engine, ScalarChangeNeedsNoRecompile) {
+  Engine& e = engine();
+  auto k = e.kernel(sgd("sgd"));
+  int64_t compiles = e.counters().compiles;
+  Tensors in = data({"p", "g"}, 100);
+  Tensors out1 = run_kernel(*k, in, {{"lr", 0.5}});
+  Tensors out2 = run_kernel(*k, in, {{"lr", 0.25}});
+  EXPECT_EQ(e.counters().compiles, compiles);
+  for (size_t i = 0; i < 100; ++i) {
+    EXPECT_EQ(out1["p"][i], float(in["p"][i] - 0.5 * in["g"][i]));
+    EXPECT_EQ(out2["p"][i], float(in["p"][i] - 0.25 * in["g"][i]));
+  }
+}
+
+TEST(Engine, SignatureIsCanonicalOrder) {
+  Graph g("adamish");
+  Value v = g.state("v"), m = g.state("m"), grad = g.grad("g"), p = g.param("p");
+  Value lr = g.scalar("lr"), b = g.scalar("beta");
+  g.output("v", v + grad * grad);
+  g.output("p", p - lr * m);
+  g.output("m", b * m + grad);
+  auto k = engine().kernel(g);
+  const KernelSignature& sig = k->signature();
+  ASSERT_EQ(sig.inputs.size(), 4u);
+  EXPECT_EQ(sig.inputs[0].name, "p");  // roles param, grad, state; then names
+  EXPECT_EQ(sig.inputs[1].name, "g");
+  EXPECT_EQ(sig.inputs[2].name, "m");
+  EXPECT_EQ(sig.inputs[3].name, "v");
+  ASSERT_EQ(sig.scalars.size(), 2u);
+  EXPECT_EQ(sig.scalars[0].name, "beta");
+  EXPECT_EQ(sig.scalars[1].name, "lr");
+  ASSERT_EQ(sig.outputs.size(), 3u);
+  EXPECT_EQ(sig.outputs[0].replaces, "m");
+  EXPECT_EQ(sig.outputs[1].replaces, "p");
+  EXPECT_EQ(sig.outputs[2].replaces, "v");
+  EXPECT_EQ(sig.input_index("m"), 2);
+  EXPECT_EQ(sig.scalar_index("lr"), 1);
+  EXPECT_EQ(sig.input_index("nope"), -1);
+  Tensors in = data({"p", "g", "m", "v"}, 1000);
+  Scalars sc{{"lr", 0.1}, {"beta", 0.9}};
+  expect_close(run_kernel(*k, in, sc), interpret(g, in, sc), 1e-6);
+}
+
+TEST(Engine, BadTargetNamesTheString) {
+  EngineOptions o;
+  o.target = "not-a-target";
+  try {
+    Engine e(o);
+    FAIL() << "no error";
+  } catch (const Error& err) {
+    EXPECT_THAT(err.what(), HasSubstr("\"not-a-target\""));
+  }
+}
+
+TEST(Engine, ExplicitTargetString) {
+  EngineOptions o;
+  o.target = "x86-64-linux-avx2";
+  Engine e(o);
+  EXPECT_EQ(e.target_string(), "x86-64-linux-avx2");
+  EXPECT_EQ(Engine().target_string().rfind("x86-64-linux", 0), 0u);
+}
+
+TEST(Engine, GpuTargetIsAClearError) {
+  EngineOptions o;
+  o.target = "host-cuda";
+  Engine e(o);
+  EXPECT_THAT([&] { e.kernel(sgd("a")); }, ::testing::ThrowsMessage<Error>(HasSubstr("GPU")));
+}
+
+TEST(Kernel, CallSizeMismatchNamesKernel) {
+  Engine e;  // a kernel takes the name of the first graph that compiled it
+  auto k = e.kernel(sgd("my_sgd"));
+  std::vector<float> p(4), g(4);
+  KernelCall call{{p.data(), g.data()}, {0.1}, {p.data()}, 4};
+  k->run(call);
+  KernelCall few_inputs = call;
+  few_inputs.inputs.pop_back();
+  EXPECT_THAT([&] { k->run(few_inputs); },
+              ::testing::ThrowsMessage<Error>(AllOf(HasSubstr("my_sgd"), HasSubstr("1 inputs"))));
+  KernelCall no_scalars = call;
+  no_scalars.scalars.clear();
+  EXPECT_THAT([&] { k->run(no_scalars); }, ::testing::ThrowsMessage<Error>(HasSubstr("scalars")));
+  KernelCall two_outputs = call;
+  two_outputs.outputs.push_back(g.data());
+  EXPECT_THAT([&] { k->run(two_outputs); }, ::testing::ThrowsMessage<Error>(HasSubstr("outputs")));
+  KernelCall negative = call;
+  negative.n = -1;
+  EXPECT_THROW(k->run(negative), Error);
+  KernelCall null_input = call;
+  null_input.inputs[1] = nullptr;
+  EXPECT_THAT([&] { k->run(null_input); }, ::testing::ThrowsMessage<Error>(HasSubstr("\"g\"")));
+}
+
+TEST(Kernel, ZeroElementsIsANoOp) {
+  auto k = engine().kernel(sgd("sgd"));
+  KernelCall call{{nullptr, nullptr}, {0.1}, {nullptr}, 0};
+  EXPECT_NO_THROW(k->run(call));
+}
+
+// A runtime failure inside Halide comes back as an Error carrying Halide's message (here: a
+// buffer whose type does not match what the kernel was compiled for).
+TEST(Kernel, RuntimeErrorCarriesHalideMessage) {
+  auto k = std::dynamic_pointer_cast<const engine_detail::KernelImpl>(engine().kernel(sgd("sgd")));
+  ASSERT_TRUE(k);
+  KernelSignature lying = k->signature();
+  lying.inputs[1].dtype = DType::F64;
+  engine_detail::KernelImpl bad(lying, k->key(), "liar", k->schedule(), k->session(), k->entry());
+  std::vector<double> p(8), g(8);
+  KernelCall call{{p.data(), g.data()}, {0.1}, {p.data()}, 8};
+  EXPECT_THAT([&] { bad.run(call); },
+              ::testing::ThrowsMessage<Error>(AllOf(HasSubstr("liar"), HasSubstr("float64"))));
+}
+
+TEST(Kernel, OutlivesItsEngine) {
+  std::shared_ptr<const Kernel> k;
+  {
+    Engine e;
+    k = e.kernel(sgd("sgd"));
+  }
+  Tensors in = data({"p", "g"}, 5000);
+  expect_close(run_kernel(*k, in, {{"lr", 0.5}}), interpret(sgd("sgd"), in, {{"lr", 0.5}}), 1e-7);
+}
+
+class MemoryStore : public ObjectStore {
+ public:
+  bool get(const std::string& key, std::vector<char>* object) override {
+    ++gets;
+    auto it = objects.find(key);
+    if (it == objects.end()) return false;
+    *object = it->second;
+    return true;
+  }
+  void put(const std::string& key, const std::vector<char>& object) override {
+    objects[key] = object;
+  }
+  std::map<std::string, std::vector<char>> objects;
+  int gets = 0;
+};
+
+TEST(Engine, ObjectStoreServesASecondEngine) {
+  auto store = std::make_shared<MemoryStore>();
+  Engine first;
+  first.set_object_store(store);
+  first.kernel(sgd("sgd"));
+  EXPECT_EQ(first.counters().compiles, 1);
+  EXPECT_GE(store->objects.size(), 1u);  // the kernel (and the runtime unless compiled earlier)
+
+  Engine second;
+  second.set_object_store(store);
+  auto k = second.kernel(sgd("sgd"));
+  EXPECT_EQ(second.counters().compiles, 0);
+  Tensors in = data({"p", "g"}, 777);
+  expect_close(run_kernel(*k, in, {{"lr", 2.0}}), interpret(sgd("sgd"), in, {{"lr", 2.0}}), 1e-7);
+}
+
+TEST(Engine, ConcurrentRequestsCompileOnce) {
+  Engine e;
+  std::vector<std::thread> threads;
+  std::vector<std::shared_ptr<const Kernel>> got(4);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] { got[t] = e.kernel(sgd("sgd" + std::to_string(t))); });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(e.counters().compiles, 1);
+  EXPECT_EQ(e.counters().lookups, 4);
+  for (auto& k : got) EXPECT_EQ(k, got[0]);
+}
+
+TEST(Kernel, ConcurrentCallsAgreeWithSerial) {
+  auto k = engine().kernel(sgd("sgd"));
+  Tensors in = data({"p", "g"}, 100000);
+  Tensors want = interpret(sgd("sgd"), in, {{"lr", 0.5}});
+  std::vector<std::thread> threads;
+  std::vector<Tensors> got(4);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] { got[t] = run_kernel(*k, in, {{"lr", 0.5}}); });
+  for (auto& th : threads) th.join();
+  for (auto& g : got) expect_close(g, want, 1e-7);
+}
+
+TEST(Kernel, ChunksAreFewAndWholeVectors) {
+  auto k = std::dynamic_pointer_cast<const engine_detail::KernelImpl>(engine().kernel(sgd("sgd")));
+  int64_t vw = k->schedule().vector_width, threads = engine().num_threads();
+  EXPECT_EQ(k->chunk_for(10) % vw, 0);
+  EXPECT_GE(k->chunk_for(10), k->schedule().min_task);  // small calls: one task
+  int64_t n = int64_t(1) << 24;
+  int64_t chunk = k->chunk_for(n);
+  EXPECT_EQ(chunk % vw, 0);
+  EXPECT_EQ((n + chunk - 1) / chunk, threads * k->schedule().tasks_per_thread);
+}
+
+}  // namespace
+}  // namespace optfuse

@@ -1,0 +1,9 @@
+#pragma once
+// Each `optfuse` sub-command registers itself on the CLI11 app; the callback runs the command.
+#include <CLI/CLI.hpp>
+
+namespace optfuse::tools {
+
+void add_demo_command(CLI::App& app);
+
+}  // namespace optfuse::tools
