@@ -8,6 +8,7 @@
 #include "engine/kernel_impl.h"
 #include "optfuse/engine.h"
 #include "optfuse/error.h"
+#include "support/engine.h"
 #include "support/gen.h"
 #include "support/run_kernel.h"
 
@@ -22,11 +23,7 @@ using testing::run_kernel;
 using testing::Scalars;
 using testing::Tensors;
 
-// One engine per process: the Halide runtime is compiled once (~0.8 s) and shared.
-Engine& engine() {
-  static Engine e;
-  return e;
-}
+Engine& engine() { return testing::shared_engine(); }
 
 // p' = p - lr * g: built with operands in the order given.
 Graph sgd(const std::string& name, bool swapped = false) {

@@ -18,6 +18,7 @@
 #include "optfuse/engine.h"
 #include "optfuse/error.h"
 #include "optfuse/optim.h"
+#include "support/engine.h"
 #include "support/optim_util.h"
 
 namespace optfuse {
@@ -32,10 +33,7 @@ using ::testing::StartsWith;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 
-Engine& engine() {
-  static Engine e;
-  return e;
-}
+Engine& engine() { return testing::shared_engine(); }
 
 // A small owned tensor for building groups by hand.
 struct Buf {

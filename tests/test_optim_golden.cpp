@@ -27,6 +27,7 @@
 
 #include "optfuse/engine.h"
 #include "optfuse/optim.h"
+#include "support/engine.h"
 #include "support/gen.h"
 #include "support/optim_util.h"
 #include "support/reference_optim.h"
@@ -50,10 +51,7 @@ std::filesystem::path golden_dir() {
   return std::filesystem::path(OPTFUSE_TEST_DATA_DIR) / "golden" / "data";
 }
 
-Engine& engine() {
-  static Engine e;
-  return e;
-}
+Engine& engine() { return testing::shared_engine(); }
 
 // A golden case, checked for the fields this test relies on.
 struct Golden {

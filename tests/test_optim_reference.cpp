@@ -28,6 +28,7 @@
 
 #include "optfuse/engine.h"
 #include "optfuse/optim.h"
+#include "support/engine.h"
 #include "support/gen.h"
 #include "support/optim_util.h"
 #include "support/reference_optim.h"
@@ -44,11 +45,7 @@ using testing::within_bound;
 
 constexpr int kSteps = 20;
 
-// One engine for the whole binary: each update structure compiles once.
-Engine& engine() {
-  static Engine e;
-  return e;
-}
+Engine& engine() { return testing::shared_engine(); }
 
 struct Case {
   std::string name;

@@ -20,6 +20,7 @@
 #include "optfuse/error.h"
 #include "optfuse/graph.h"
 #include "optfuse/optim.h"
+#include "support/engine.h"
 #include "support/optim_util.h"
 
 namespace optfuse {
@@ -30,10 +31,7 @@ using ::testing::HasSubstr;
 using testing::Model;
 using testing::Snapshot;
 
-Engine& engine() {
-  static Engine e;
-  return e;
-}
+Engine& engine() { return testing::shared_engine(); }
 
 struct IoCase {
   std::string name;

@@ -20,9 +20,8 @@ Halide::Expr lower_op(Op op, DType t, const std::vector<Halide::Expr>& args, Pre
 // A constant of dtype `t` (the graph already rounded `v` to `t`).
 Halide::Expr constant(double v, DType t);
 
-// f32 sqrt(x) and 1/sqrt(x) from the hardware estimate plus ONE Newton step; IEEE results for
-// 0, -0, +inf, negatives and NaN; max error measured in README.md. Never the bare estimate.
-Halide::Expr fast_sqrt_f32(const Halide::Expr& x);
+// f32 1/sqrt(x) from the hardware estimate plus ONE Newton step; IEEE results for 0, -0, +inf,
+// negatives and NaN; max error measured in README.md. Never the bare estimate (~3e-4 relative).
 Halide::Expr fast_rsqrt_f32(const Halide::Expr& x);
 
 }  // namespace optfuse::lower
