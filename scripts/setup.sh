@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   g++ make cmake
   llvm-14-dev libhalide14-0-dev   # LLVM 14 ORC and Halide 14 built on the same LLVM
+  zlib1g-dev                      # LLVM's CMake package config asks for ZLIB
   libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
