@@ -177,7 +177,8 @@ std::vector<CacheEntry> DiskCache::list_locked(bool verify, uint64_t* total) con
     std::vector<char> bytes;
     std::string error;
     cache::Metadata m;
-    if (!cache::read_file(e.path, &bytes, &error)) {
+    // Listing needs the metadata line only (it is well under 64 KiB); verifying needs it all.
+    if (!cache::read_file(e.path, &bytes, &error, verify ? static_cast<size_t>(-1) : 65536)) {
       e.problem = error;
     } else {
       e.problem = cache::decode(bytes, &m, nullptr, verify);

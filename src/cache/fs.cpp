@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -53,12 +54,13 @@ bool make_dirs(const std::string& dir, std::string* error) {
   return true;
 }
 
-bool read_file(const std::string& path, std::vector<char>* bytes, std::string* error) {
+bool read_file(const std::string& path, std::vector<char>* bytes, std::string* error,
+               size_t limit) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return fail(error, "cannot open " + path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return fail(error, "cannot stat " + path);
-  bytes->resize(static_cast<size_t>(st.st_size));
+  bytes->resize(std::min(static_cast<size_t>(st.st_size), limit));
   size_t done = 0;
   while (done < bytes->size()) {
     ssize_t n = ::read(fd.get(), bytes->data() + done, bytes->size() - done);

@@ -8,7 +8,9 @@
 namespace optfuse::cache {
 
 bool make_dirs(const std::string& dir, std::string* error);
-bool read_file(const std::string& path, std::vector<char>* bytes, std::string* error);
+// Reads the whole file, or only its first `limit` bytes.
+bool read_file(const std::string& path, std::vector<char>* bytes, std::string* error,
+               size_t limit = static_cast<size_t>(-1));
 // Writes `bytes` to a unique temporary file next to `path`, fsyncs it, renames it onto `path`
 // and fsyncs the directory: readers see the old file or the whole new one, never a part.
 bool atomic_write(const std::string& path, const std::vector<char>& bytes, std::string* error);
