@@ -366,5 +366,33 @@ TEST(Cache, LockIsExclusiveAndReleased) {
   EXPECT_TRUE(other.lock("k"));
 }
 
+// A holder that dies (SIGKILL, no clean-up) never blocks the others: the kernel drops its flock.
+TEST(Cache, DeadHolderReleasesTheLock) {
+  TempDir dir;
+  Recorded r(dir.path());
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto held = r.cache->lock("k");
+    char c = held ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  CacheOptions quick{dir.path(), uint64_t{1} << 30, /*lock_timeout_s=*/0.05};
+  DiskCache other(quick);
+  EXPECT_FALSE(other.lock("k"));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  EXPECT_TRUE(other.lock("k"));
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
 }  // namespace
 }  // namespace optfuse
