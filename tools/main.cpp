@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", OPTFUSE_VERSION_STRING);
   optfuse::tools::add_demo_command(app);
+  optfuse::tools::add_warmup_command(app);
+  optfuse::tools::add_cache_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

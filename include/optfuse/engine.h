@@ -73,6 +73,10 @@ struct EngineOptions {
   std::string target = "host";  // "host" or any Halide target string, e.g. "x86-64-linux-avx2"
   int num_threads = 0;          // worker threads for kernels; 0 = hardware concurrency
   Schedule schedule;            // default CPU schedule
+  // Persistent compile cache (include/optfuse/cache.h): "" = none (memory only); otherwise a
+  // directory, e.g. optfuse::default_cache_dir(). Lookups go memory -> disk -> compile.
+  std::string cache_dir;
+  uint64_t cache_max_bytes = uint64_t{1} << 30;  // LRU size cap of that directory
 };
 
 struct EngineCounters {
@@ -80,6 +84,17 @@ struct EngineCounters {
   int64_t lookups = 0;         // kernel() calls
   int64_t hits = 0;            // kernel() calls answered from the in-memory table
   double compile_seconds = 0;  // time spent compiling kernels and the runtime
+  int64_t disk_hits = 0;       // objects (kernels or runtime) answered by the object store
+  int64_t runtime_compiles = 0;  // Halide runtimes compiled by this engine (0 when cached)
+};
+
+// What the engine knows about an object besides its key; a store that records it must check it
+// on get (DiskCache does), so an entry for another kernel is a miss, never a wrong kernel.
+struct ObjectInfo {
+  std::string kind;       // "kernel" or "runtime"
+  std::string name;       // the graph's name (for listings only)
+  std::string target;     // resolved Halide target
+  std::string signature;  // signature_text() of a kernel; "halide-runtime" for a runtime
 };
 
 // The seam where a persistent cache plugs in: given a key, return a stored object file or
@@ -89,7 +104,21 @@ class ObjectStore {
   virtual ~ObjectStore() = default;
   virtual bool get(const std::string& key, std::vector<char>* object) = 0;
   virtual void put(const std::string& key, const std::vector<char>& object) = 0;
+  // The engine calls these; by default they ignore `info`.
+  virtual bool get(const std::string& key, const ObjectInfo& info, std::vector<char>* object) {
+    return get(key, object);
+  }
+  virtual void put(const std::string& key, const ObjectInfo& info,
+                   const std::vector<char>& object) {
+    put(key, object);
+  }
+  // Held (until the returned handle is released) while `key` is compiled, so that other
+  // processes sharing the store wait for it instead of compiling it again. Default: no lock.
+  virtual std::shared_ptr<void> lock(const std::string& key) { return nullptr; }
 };
+
+// A stable text of a signature (names, roles, dtypes in canonical order), checked by stores.
+std::string signature_text(const KernelSignature& s);
 
 class Engine {
  public:
@@ -101,6 +130,13 @@ class Engine {
   // The compiled kernel for `g` (any form; it is canonicalized here). Thread-safe.
   std::shared_ptr<const Kernel> kernel(const Graph& g);
   std::shared_ptr<const Kernel> kernel(const Graph& g, const Schedule& schedule);
+
+  // Compile-only: makes sure `g`'s object is in the memory table or the object store (compiling
+  // and storing it if needed) without loading it, so it works for any target (cross-compiling,
+  // e.g. "arm-64-linux" on x86). Returns true if it was found (memory or store), false if compiled.
+  bool precompile(const Graph& g);
+  // The same for this target's Halide runtime object.
+  bool precompile_runtime();
 
   // The key `kernel(g)` would use, without compiling.
   std::string kernel_key(const Graph& g) const;

@@ -45,6 +45,10 @@ struct ParamRef {
 std::vector<std::string> optimizer_types();
 Options optimizer_defaults(const std::string& type);
 
+// The update graph a parameter group runs: `config` as for Optimizer::create, `overrides` as for
+// add_param_group (merged and validated the same way). For warming a cache without tensors.
+Graph update_graph(const Options& config, const Options& overrides = {});
+
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw") and

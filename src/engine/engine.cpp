@@ -12,6 +12,7 @@
 #include "jit/halide_bridge.h"
 #include "jit/session.h"
 #include "lower/signature.h"
+#include "optfuse/cache.h"
 #include "optfuse/error.h"
 
 namespace optfuse {
@@ -29,17 +30,17 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-// The Halide runtime object for `target`, produced (compiled, or read from a store) at most once
-// per target per process (~0.8 s) and shared by every engine; each engine loads its own copy into
-// its own JIT (~5 ms). The lock is held while producing, so concurrent engines wait, not repeat.
-template <typename Produce>
-std::shared_ptr<const std::vector<char>> runtime_object(const std::string& target,
-                                                        Produce&& produce) {
+// The Halide runtime object for `target`, compiled at most once per target per process (~0.8 s)
+// and shared by every engine; each engine loads its own copy into its own JIT (~5 ms). The lock
+// is held while compiling, so concurrent engines wait, not repeat. `*compiled` says whether this
+// call compiled it.
+std::shared_ptr<const std::vector<char>> runtime_object(const std::string& target, bool* compiled) {
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<const std::vector<char>>> objects;
   std::lock_guard<std::mutex> lock(mutex);
   std::shared_ptr<const std::vector<char>>& slot = objects[target];
-  if (!slot) slot = std::make_shared<const std::vector<char>>(produce());
+  *compiled = !slot;
+  if (!slot) slot = std::make_shared<const std::vector<char>>(jit::compile_runtime_object(target));
   return slot;
 }
 
@@ -61,25 +62,49 @@ struct Engine::Impl {
   std::shared_ptr<ObjectStore> store;
   std::shared_ptr<jit::Session> session;  // created by the first kernel()
 
-  // `key`'s object from the store, else compiled by `compile` and stored. Counts compiles.
+  std::unordered_map<std::string, bool> precompiled;  // keys stored by precompile()
+
+  // `key`'s object from the store, else compiled by `compile` and stored. While compiling, the
+  // store's lock for `key` is held and the store is asked again once it is taken, so processes
+  // sharing a store compile each object once. `*found` says whether the store had it.
   template <typename Compile>
-  std::vector<char> object(const std::string& key, Compile&& compile) {
+  std::vector<char> object(const std::string& key, const ObjectInfo& info, Compile&& compile,
+                           bool* found) {
     std::vector<char> obj;
-    if (store && store->get(key, &obj)) return obj;
+    *found = true;
+    if (store && store->get(key, info, &obj)) {
+      ++counters.disk_hits;
+      return obj;
+    }
+    std::shared_ptr<void> held = store ? store->lock(key) : nullptr;
+    if (held && store->get(key, info, &obj)) {
+      ++counters.disk_hits;
+      return obj;
+    }
+    *found = false;
     Stopwatch watch;
     obj = compile();
     counters.compile_seconds += watch.seconds();
-    if (store) store->put(key, obj);
+    if (store) store->put(key, info, obj);
     return obj;
+  }
+
+  ObjectInfo runtime_info() const { return {"runtime", "halide-runtime", target, "halide-runtime"}; }
+
+  std::vector<char> runtime_locked(bool* found) {
+    return object(engine_detail::runtime_key(target), runtime_info(), [&] {
+      bool compiled = false;
+      auto obj = runtime_object(target, &compiled);
+      if (compiled) ++counters.runtime_compiles;
+      return *obj;
+    }, found);
   }
 
   jit::Session& session_locked() {
     if (session) return *session;
-    auto runtime = runtime_object(target, [&] {
-      return object(engine_detail::runtime_key(target),
-                    [&] { return jit::compile_runtime_object(target); });
-    });
-    session = jit::Session::create(*runtime, num_threads);
+    bool found = false;
+    std::vector<char> runtime = runtime_locked(&found);
+    session = jit::Session::create(runtime, num_threads);
     return *session;
   }
 
@@ -92,6 +117,12 @@ Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->target = jit::resolve_target(options.target);
   impl_->num_threads = resolve_threads(options.num_threads);
   impl_->options = std::move(options);
+  if (!impl_->options.cache_dir.empty()) {
+    CacheOptions co;
+    co.dir = impl_->options.cache_dir;
+    co.max_bytes = impl_->options.cache_max_bytes;
+    impl_->store = std::make_shared<DiskCache>(std::move(co));
+  }
 }
 
 Engine::~Engine() = default;
@@ -112,19 +143,51 @@ std::shared_ptr<const Kernel> Engine::kernel(const Graph& g, const Schedule& sch
     return it->second;
   }
   std::string fn_name = "optfuse_" + key;
-  std::vector<char> obj = impl_->object(key, [&] {
+  KernelSignature sig = lower::signature(canonical);
+  ObjectInfo info{"kernel", g.name(), impl_->target, signature_text(sig)};
+  bool found = false;
+  std::vector<char> obj = impl_->object(key, info, [&] {
     std::vector<char> compiled =
         jit::compile_kernel_object(canonical, resolved, impl_->target, fn_name);
     ++impl_->counters.compiles;
     return compiled;
-  });
+  }, &found);
   // After the kernel compiled: a graph or target that cannot be lowered fails before the ~0.8 s
   // runtime compile.
   jit::ArgvFn fn = impl_->session_locked().load_kernel(obj, fn_name);
-  auto kernel = std::make_shared<KernelImpl>(lower::signature(canonical), key, g.name(), resolved,
+  auto kernel = std::make_shared<KernelImpl>(std::move(sig), key, g.name(), resolved,
                                              impl_->session, fn);
   impl_->table.emplace(key, kernel);
   return kernel;
+}
+
+bool Engine::precompile(const Graph& g) {
+  Graph canonical = canonicalize(g);
+  Schedule resolved = jit::resolve_schedule(impl_->options.schedule, impl_->target);
+  std::string key = impl_->key_of(canonical, resolved);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  ++impl_->counters.lookups;
+  if (impl_->table.count(key) || impl_->precompiled.count(key)) {
+    ++impl_->counters.hits;
+    return true;
+  }
+  ObjectInfo info{"kernel", g.name(), impl_->target, signature_text(lower::signature(canonical))};
+  bool found = false;
+  impl_->object(key, info, [&] {
+    std::vector<char> compiled =
+        jit::compile_kernel_object(canonical, resolved, impl_->target, "optfuse_" + key);
+    ++impl_->counters.compiles;
+    return compiled;
+  }, &found);
+  impl_->precompiled.emplace(key, true);
+  return found;
+}
+
+bool Engine::precompile_runtime() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  bool found = false;
+  impl_->runtime_locked(&found);
+  return found;
 }
 
 std::string Engine::kernel_key(const Graph& g) const {

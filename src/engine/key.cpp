@@ -39,6 +39,17 @@ int KernelSignature::scalar_index(const std::string& name) const {
   return index_of(scalars, name, &ScalarArg::name);
 }
 
+std::string signature_text(const KernelSignature& s) {
+  std::string t;
+  for (const auto& in : s.inputs)
+    t += "in " + in.name + " " + std::string(role_name(in.role)) + " " +
+         std::string(dtype_name(in.dtype)) + "\n";
+  for (const auto& sc : s.scalars) t += "scalar " + sc.name + " " + std::string(dtype_name(sc.dtype)) + "\n";
+  for (const auto& out : s.outputs)
+    t += "out " + out.replaces + " " + std::string(dtype_name(out.dtype)) + "\n";
+  return t;
+}
+
 namespace engine_detail {
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,

@@ -1,0 +1,128 @@
+#include "cache/fs.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+namespace optfuse::cache {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool fail(std::string* error, const std::string& what) {
+  int saved = errno;
+  *error = what + ": " + std::strerror(saved);
+  errno = saved;  // callers tell "absent" (ENOENT) from other failures
+  return false;
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+bool make_dirs(const std::string& dir, std::string* error) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    *error = "cannot create directory " + dir + ": " + ec.message();
+    return false;
+  }
+  return true;
+}
+
+bool read_file(const std::string& path, std::vector<char>* bytes, std::string* error,
+               size_t limit) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return fail(error, "cannot open " + path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return fail(error, "cannot stat " + path);
+  bytes->resize(std::min(static_cast<size_t>(st.st_size), limit));
+  size_t done = 0;
+  while (done < bytes->size()) {
+    ssize_t n = ::read(fd.get(), bytes->data() + done, bytes->size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(error, "cannot read " + path);
+    if (n == 0) break;  // shrank while reading: the checksum will tell
+    done += static_cast<size_t>(n);
+  }
+  bytes->resize(done);
+  return true;
+}
+
+bool atomic_write(const std::string& path, const std::vector<char>& bytes, std::string* error) {
+  static std::atomic<unsigned> counter{0};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return fail(error, "cannot create " + tmp);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      fail(error, "cannot write " + tmp);
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0 || ::close(fd.release()) != 0) {
+    fail(error, "cannot flush " + tmp);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    fail(error, "cannot rename " + tmp + " to " + path);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  Fd dir(::open(fs::path(path).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() >= 0) ::fsync(dir.get());
+  return true;
+}
+
+void touch(const std::string& path) { ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
+
+std::shared_ptr<void> lock_file(const std::string& path, double timeout_s) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto pause = std::chrono::milliseconds(1);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= deadline) {
+      ::close(fd);
+      return nullptr;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  return std::shared_ptr<void>(reinterpret_cast<void*>(static_cast<intptr_t>(fd) + 1), [fd](void*) {
+    ::flock(fd, LOCK_UN);
+    ::close(fd);
+  });
+}
+
+}  // namespace optfuse::cache

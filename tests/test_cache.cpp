@@ -1,0 +1,398 @@
+// Disk cache: hit/miss through the engine, golden key, corruption (truncate, flipped byte, swapped
+// files, stale version, wrong signature), read-only directory and full disk, LRU eviction, the
+// runtime object cached once per target.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "optfuse/cache.h"
+#include "optfuse/engine.h"
+#include "optfuse/error.h"
+#include "support/gen.h"
+#include "support/run_kernel.h"
+
+namespace optfuse {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::expect_close;
+using testing::gen;
+using testing::run_kernel;
+using testing::Tensors;
+
+Graph sgd(const std::string& name = "sgd") {
+  Graph g(name);
+  Value p = g.param("p"), grad = g.grad("g"), lr = g.scalar("lr");
+  g.output("p", p - lr * grad);
+  return g;
+}
+
+Graph momentum() {
+  Graph g("momentum");
+  Value p = g.param("p"), grad = g.grad("g"), b = g.state("b"), lr = g.scalar("lr");
+  Value b2 = b * g.scalar("mu") + grad;
+  g.output("b", b2);
+  g.output("p", p - lr * b2);
+  return g;
+}
+
+// A fresh directory per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = (fs::temp_directory_path() / ("optfuse-test-" + std::to_string(::getpid()) + "-" +
+                                          std::to_string(counter_++))).string();
+    fs::remove_all(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  std::string path_;
+};
+
+// A DiskCache that records its warnings.
+struct Recorded {
+  std::shared_ptr<std::vector<std::string>> warnings = std::make_shared<std::vector<std::string>>();
+  std::shared_ptr<DiskCache> cache;
+  explicit Recorded(const std::string& dir, uint64_t max_bytes = uint64_t{1} << 30) {
+    CacheOptions o;
+    o.dir = dir;
+    o.max_bytes = max_bytes;
+    auto w = warnings;
+    o.warn = [w](const std::string& m) { w->push_back(m); };
+    cache = std::make_shared<DiskCache>(o);
+  }
+};
+
+std::vector<char> bytes_of(const std::string& s) { return std::vector<char>(s.begin(), s.end()); }
+
+std::string entry_file(const DiskCache& c, const std::string& key) {
+  for (const CacheEntry& e : c.list()) if (e.key == key) return e.path;
+  return "";
+}
+
+void check_runs(const Kernel& k) {
+  Tensors in;
+  for (size_t i = 0; i < 333; ++i) {
+    in["p"].push_back(gen(1, i));
+    in["g"].push_back(gen(2, i));
+  }
+  expect_close(run_kernel(k, in, {{"lr", 0.5}}), interpret(sgd(), in, {{"lr", 0.5}}), 1e-7);
+}
+
+TEST(Cache, MissThenHitAcrossEngines) {
+  TempDir dir;
+  EngineOptions eo;
+  eo.cache_dir = dir.path();
+  {
+    Engine cold(eo);
+    cold.kernel(sgd());
+    EXPECT_EQ(cold.counters().compiles, 1);
+  }
+  Engine warm(eo);
+  auto k = warm.kernel(sgd("other name"));
+  EngineCounters c = warm.counters();
+  EXPECT_EQ(c.compiles, 0);
+  EXPECT_EQ(c.runtime_compiles, 0);
+  EXPECT_EQ(c.disk_hits, 2);  // the kernel and the runtime
+  check_runs(*k);
+  DiskCache cache({dir.path()});
+  EXPECT_EQ(cache.stats().kernels, 1u);
+  EXPECT_EQ(cache.stats().runtimes, 1u);
+}
+
+// Committed golden key: the same graph gives the same key in every process and build of this
+// version. Update it (deliberately) when OPTFUSE_VERSION, Halide or LLVM change.
+TEST(Cache, GoldenKey) {
+  EngineOptions eo;
+  eo.target = "x86-64-linux-avx2";
+  Engine e(eo);
+  EXPECT_EQ(e.kernel_key(sgd("any")), "3c162ec90329a7333ea4f64e9a35d4e9");
+}
+
+TEST(Cache, DefaultLocation) {
+  ::setenv("OPTFUSE_CACHE_DIR", "/x/y", 1);
+  EXPECT_EQ(default_cache_dir(), "/x/y");
+  ::unsetenv("OPTFUSE_CACHE_DIR");
+  ::setenv("XDG_CACHE_HOME", "/xdg", 1);
+  EXPECT_EQ(default_cache_dir(), "/xdg/optfuse");
+  ::unsetenv("XDG_CACHE_HOME");
+  EXPECT_THAT(default_cache_dir(), HasSubstr("/.cache/optfuse"));
+  EXPECT_EQ(parse_size("512M"), uint64_t{512} << 20);
+  EXPECT_EQ(parse_size("1GiB"), uint64_t{1} << 30);
+  EXPECT_THROW(parse_size("lots"), Error);
+}
+
+// Each corruption: one warning naming the file, a miss, a recompile, and a good entry again.
+void expect_recovers(const std::string& dir, const std::string& what,
+                     const std::function<void(const std::string& path)>& corrupt) {
+  SCOPED_TRACE(what);
+  Recorded first(dir);
+  Engine a;
+  a.set_object_store(first.cache);
+  std::string key = a.kernel_key(sgd());
+  a.kernel(sgd());
+  std::string path = entry_file(*first.cache, key);
+  ASSERT_FALSE(path.empty());
+  corrupt(path);
+
+  Recorded second(dir);
+  Engine b;
+  b.set_object_store(second.cache);
+  auto k = b.kernel(sgd());
+  EXPECT_EQ(b.counters().compiles, 1);
+  ASSERT_EQ(second.warnings->size(), 1u);
+  EXPECT_THAT((*second.warnings)[0], HasSubstr(path));
+  check_runs(*k);
+  EXPECT_EQ(second.cache->stats().rejected, 1u);
+  for (const CacheEntry& e : second.cache->list(true)) EXPECT_EQ(e.problem, "") << e.path;
+  EXPECT_FALSE(entry_file(*second.cache, key).empty());  // rewritten
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_all(const std::string& path, const std::string& s) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << s;
+}
+
+TEST(Cache, TruncatedEntry) {
+  TempDir dir;
+  expect_recovers(dir.path(), "truncated", [](const std::string& p) {
+    fs::resize_file(p, fs::file_size(p) / 2);
+  });
+}
+
+TEST(Cache, FlippedByte) {
+  TempDir dir;
+  expect_recovers(dir.path(), "flipped", [](const std::string& p) {
+    std::string s = read_all(p);
+    s[s.size() - 100] ^= 0x10;
+    write_all(p, s);
+  });
+}
+
+TEST(Cache, StaleVersion) {
+  TempDir dir;
+  expect_recovers(dir.path(), "stale", [](const std::string& p) {
+    std::string s = read_all(p);
+    std::string from = "\"optfuse_version\":\"" OPTFUSE_TEST_VERSION "\"";
+    size_t at = s.find(from);
+    ASSERT_NE(at, std::string::npos);
+    s.replace(at, from.size(), "\"optfuse_version\":\"0.0.0\"");
+    write_all(p, s);
+  });
+}
+
+TEST(Cache, SwappedEntries) {
+  TempDir dir;
+  Recorded r(dir.path());
+  Engine e;
+  e.set_object_store(r.cache);
+  e.kernel(momentum());
+  std::string other = entry_file(*r.cache, e.kernel_key(momentum()));
+  expect_recovers(dir.path(), "swapped", [&](const std::string& p) {
+    fs::copy_file(other, p, fs::copy_options::overwrite_existing);
+  });
+}
+
+TEST(Cache, WrongSignatureIsAMiss) {
+  TempDir dir;
+  Recorded r(dir.path());
+  ObjectInfo a{"kernel", "k", "t", "in p param f32\n"}, b{"kernel", "k", "t", "in p param f64\n"};
+  r.cache->put("abcd", a, bytes_of("object"));
+  std::vector<char> got;
+  EXPECT_TRUE(r.cache->get("abcd", a, &got));
+  EXPECT_EQ(got, bytes_of("object"));
+  EXPECT_FALSE(r.cache->get("abcd", b, &got));
+  ASSERT_EQ(r.warnings->size(), 1u);
+  EXPECT_THAT((*r.warnings)[0], HasSubstr("signature"));
+}
+
+TEST(Cache, GarbageNeverCrashes) {
+  TempDir dir;
+  Recorded r(dir.path());
+  r.cache->put("abcd", bytes_of("object"));
+  std::string path = entry_file(*r.cache, "abcd");
+  std::string good = read_all(path);
+  for (size_t cut = 0; cut < good.size(); cut += 7) {
+    write_all(path, good.substr(0, cut));
+    std::vector<char> got;
+    EXPECT_FALSE(r.cache->get("abcd", &got)) << cut;
+  }
+  write_all(path, "optfuse-cache-entry 1\n{\"format\":1,\"key\":[1]}\n");
+  std::vector<char> got;
+  EXPECT_FALSE(r.cache->get("abcd", &got));
+}
+
+TEST(Cache, UnwritableDirectoryDegradesToMemory) {
+  TempDir dir;
+  write_all(dir.path(), "a file, not a directory");  // mkdir under it fails, even for root
+  Recorded r(dir.path() + "/cache");
+  EXPECT_TRUE(r.cache->degraded());
+  r.cache->put("k1", bytes_of("one"));
+  r.cache->put("k2", bytes_of("two"));
+  std::vector<char> got;
+  EXPECT_TRUE(r.cache->get("k1", &got));
+  EXPECT_EQ(got, bytes_of("one"));
+  EXPECT_EQ(r.warnings->size(), 1u);
+  fs::remove(dir.path());
+
+  if (::geteuid() != 0) {  // permissions bind only non-root users
+    TempDir ro;
+    Recorded seed(ro.path());
+    seed.cache->put("k1", bytes_of("one"));
+    fs::permissions(ro.path(), fs::perms::owner_read | fs::perms::owner_exec);
+    fs::permissions(ro.path() + "/v1", fs::perms::owner_read | fs::perms::owner_exec);
+    fs::permissions(fs::path(entry_file(*seed.cache, "k1")).parent_path(),
+                    fs::perms::owner_read | fs::perms::owner_exec);
+    Recorded r2(ro.path());
+    EXPECT_TRUE(r2.cache->get("k1", &got));  // a read-only warm cache still serves
+    r2.cache->put("k2", bytes_of("two"));
+    r2.cache->put("k3", bytes_of("three"));
+    EXPECT_TRUE(r2.cache->get("k2", &got));
+    EXPECT_TRUE(r2.cache->degraded());
+    EXPECT_EQ(r2.warnings->size(), 1u);
+  }
+}
+
+// A full disk, simulated by a file size limit in a child process: writes fail with EFBIG.
+TEST(Cache, FullDiskDegradesToMemory) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{100, 100};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    Recorded r(dir.path());
+    std::vector<char> big(5000, 'x'), got;
+    r.cache->put("k1", big);
+    r.cache->put("k2", big);
+    bool ok = r.cache->degraded() && r.warnings->size() == 1 && r.cache->get("k1", &got) &&
+              got == big && r.cache->list().empty();
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(Cache, EvictsLeastRecentlyUsed) {
+  TempDir dir, probe;
+  std::vector<char> obj(1000, 'o'), got;
+  Recorded sizer(probe.path());
+  sizer.cache->put("z", obj);
+  uint64_t size = fs::file_size(entry_file(*sizer.cache, "z"));  // one entry's file
+  Recorded r(dir.path(), /*max_bytes=*/3 * size + size / 2);
+  auto age = [&](const std::string& key, int seconds_ago) {
+    fs::last_write_time(entry_file(*r.cache, key),
+                        fs::file_time_type::clock::now() - std::chrono::seconds(seconds_ago));
+  };
+  r.cache->put("a", obj);
+  age("a", 300);
+  r.cache->put("b", obj);
+  age("b", 200);
+  r.cache->put("c", obj);
+  age("c", 100);
+  ASSERT_TRUE(r.cache->get("a", &got));  // a is now the most recently used
+  r.cache->put("d", obj);                // over the cap: b goes first
+  EXPECT_FALSE(r.cache->get("b", &got));
+  EXPECT_TRUE(r.cache->get("a", &got));
+  EXPECT_TRUE(r.cache->get("c", &got));
+  EXPECT_TRUE(r.cache->get("d", &got));
+  EXPECT_EQ(r.cache->stats().evictions, 1u);
+  auto removed = r.cache->prune(size + size / 2);  // keeps only the most recently used
+  EXPECT_EQ(removed.size(), 2u);
+  std::vector<CacheEntry> left = r.cache->list();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].key, "d");
+  r.cache->clear();
+  EXPECT_TRUE(r.cache->list().empty());
+}
+
+TEST(Cache, RuntimeCachedOncePerTarget) {
+  TempDir dir;
+  EngineOptions eo;
+  eo.cache_dir = dir.path();
+  Engine host(eo);
+  host.kernel(sgd());
+  host.kernel(momentum());
+  EXPECT_TRUE(host.precompile_runtime());  // already stored
+  eo.target = "x86-64-linux-avx2";
+  Engine cross(eo);
+  EXPECT_FALSE(cross.precompile(sgd()));  // compile only, nothing loaded
+  EXPECT_FALSE(cross.precompile_runtime());
+  EXPECT_TRUE(cross.precompile_runtime());
+  EXPECT_TRUE(cross.precompile(sgd()));
+  std::map<std::string, int> runtimes;
+  int kernels = 0;
+  for (const CacheEntry& e : DiskCache({dir.path()}).list(true)) {
+    EXPECT_EQ(e.problem, "");
+    if (e.kind == "runtime") ++runtimes[e.target];
+    if (e.kind == "kernel") ++kernels;
+  }
+  EXPECT_EQ(runtimes.size(), 2u);
+  for (const auto& [target, n] : runtimes) EXPECT_EQ(n, 1) << target;
+  EXPECT_EQ(kernels, 3);
+}
+
+TEST(Cache, LockIsExclusiveAndReleased) {
+  TempDir dir;
+  Recorded r(dir.path());
+  CacheOptions quick{dir.path(), uint64_t{1} << 30, /*lock_timeout_s=*/0.05};
+  DiskCache other(quick);
+  {
+    auto held = r.cache->lock("k");
+    ASSERT_TRUE(held);
+    EXPECT_FALSE(other.lock("k"));  // times out instead of waiting forever
+    EXPECT_TRUE(other.lock("j"));   // other keys are independent
+  }
+  EXPECT_TRUE(other.lock("k"));
+}
+
+// A holder that dies (SIGKILL, no clean-up) never blocks the others: the kernel drops its flock.
+TEST(Cache, DeadHolderReleasesTheLock) {
+  TempDir dir;
+  Recorded r(dir.path());
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto held = r.cache->lock("k");
+    char c = held ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  CacheOptions quick{dir.path(), uint64_t{1} << 30, /*lock_timeout_s=*/0.05};
+  DiskCache other(quick);
+  EXPECT_FALSE(other.lock("k"));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  EXPECT_TRUE(other.lock("k"));
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+}  // namespace
+}  // namespace optfuse

@@ -1,0 +1,108 @@
+#include "tools/spec.h"
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include "optfuse/error.h"
+
+namespace optfuse::tools {
+namespace {
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw Error(path + ": " + what);
+}
+
+ModelSpec::Param read_param(const std::string& path, const nlohmann::json& j, size_t i) {
+  std::string where = "parameters[" + std::to_string(i) + "]";
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
+    bad(path, where + " must be an object with a string \"name\"");
+  ModelSpec::Param p;
+  p.name = j["name"].get<std::string>();
+  where += " ('" + p.name + "')";
+  if (!j.contains("shape") || !j["shape"].is_array())
+    bad(path, where + ": \"shape\" must be a list of sizes");
+  for (const auto& d : j["shape"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0)
+      bad(path, where + ": shape entries must be non-negative integers, got " + d.dump());
+    p.shape.push_back(d.get<int64_t>());
+    p.numel *= p.shape.back();
+  }
+  p.dtype = j.value("dtype", std::string("float32"));
+  if (p.dtype != "float32" && p.dtype != "torch.float32" && p.dtype != "f32")
+    bad(path, where + ": dtype " + p.dtype + " is not supported yet (optimizers take float32)");
+  return p;
+}
+
+}  // namespace
+
+ModelSpec load_spec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open the spec file");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad(path, "not valid JSON");
+  if (!j.is_object()) bad(path, "the spec must be a JSON object");
+  ModelSpec s;
+  s.path = path;
+  s.model = j.value("model", std::filesystem::path(path).stem().string());
+  if (!j.contains("optimizer") || !j["optimizer"].is_object())
+    bad(path, "\"optimizer\" must be an object such as {\"type\": \"adamw\", \"lr\": 1e-3}");
+  s.optimizer = j["optimizer"];
+  if (!j.contains("parameters") || !j["parameters"].is_array() || j["parameters"].empty())
+    bad(path, "\"parameters\" must be a non-empty list of {name, shape, dtype}");
+  std::set<std::string> names;
+  for (size_t i = 0; i < j["parameters"].size(); ++i) {
+    s.params.push_back(read_param(path, j["parameters"][i], i));
+    if (!names.insert(s.params.back().name).second)
+      bad(path, "parameter '" + s.params.back().name + "' appears twice");
+  }
+  nlohmann::json groups = j.value("param_groups", nlohmann::json::array({nlohmann::json::object({{"match", ""}})}));
+  if (!groups.is_array() || groups.empty()) bad(path, "\"param_groups\" must be a non-empty list");
+  std::vector<int> owner(s.params.size(), -1);
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const nlohmann::json& g = groups[gi];
+    std::string where = "param_groups[" + std::to_string(gi) + "]";
+    if (!g.is_object()) bad(path, where + " must be an object");
+    ModelSpec::Group group;
+    group.overrides = g;
+    group.overrides.erase("params");
+    group.overrides.erase("match");
+    std::set<std::string> listed;
+    if (g.contains("params")) {
+      if (!g["params"].is_array()) bad(path, where + ": \"params\" must be a list of names");
+      for (const auto& n : g["params"]) {
+        if (!n.is_string() || !names.count(n.get<std::string>()))
+          bad(path, where + ": \"params\" names unknown parameter " + n.dump());
+        listed.insert(n.get<std::string>());
+      }
+    }
+    std::regex re;
+    bool has_match = g.contains("match");
+    if (has_match) {
+      if (!g["match"].is_string()) bad(path, where + ": \"match\" must be a regular expression");
+      try {
+        re = std::regex(g["match"].get<std::string>(), std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        bad(path, where + ": \"match\" is not a valid regular expression: " + e.what());
+      }
+    }
+    for (size_t pi = 0; pi < s.params.size(); ++pi)
+      if (owner[pi] < 0 && (listed.count(s.params[pi].name) ||
+                            (has_match && std::regex_search(s.params[pi].name, re)))) {
+        owner[pi] = static_cast<int>(gi);
+        group.params.push_back(pi);
+      }
+    if (group.params.empty())
+      bad(path, where + " has no parameters (each group needs \"params\" or a \"match\" that "
+                        "selects parameters no earlier group took)");
+    s.groups.push_back(std::move(group));
+  }
+  for (size_t pi = 0; pi < s.params.size(); ++pi)
+    if (owner[pi] < 0)
+      bad(path, "parameter '" + s.params[pi].name + "' is in no param group (add a group with "
+                "\"match\": \"\" to catch the rest)");
+  return s;
+}
+
+}  // namespace optfuse::tools

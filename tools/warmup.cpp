@@ -1,0 +1,208 @@
+// `optfuse warmup`: compiles every kernel a model spec's optimizer configuration needs (and the
+// Halide runtime of each target) into the disk cache, for this machine or any other target.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "optfuse/cache.h"
+#include "optfuse/error.h"
+#include "optfuse/optfuse.hpp"
+#include "tools/commands.h"
+#include "tools/spec.h"
+
+namespace optfuse::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct WarmupOptions {
+  std::string spec;
+  std::string targets = "host";
+  std::string cache_dir;
+  int jobs = 0;
+  bool json = false;
+};
+
+// One object to make sure of: a target's runtime, or one kernel and the groups it serves.
+struct Item {
+  std::string target, kind, name, key;
+  Graph graph{""};
+  int64_t groups = 0, tensors = 0, elements = 0;
+  std::string status;  // "hit", "compiled", "failed"
+  std::string error;
+  double seconds = 0;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string t; std::getline(in, t, ',');)
+    if (!t.empty()) out.push_back(t);
+  return out;
+}
+
+std::vector<Item> plan(const ModelSpec& spec, const std::vector<std::string>& targets,
+                       const std::string& cache_dir) {
+  std::vector<Item> items;
+  for (const std::string& target : targets) {
+    EngineOptions eo;
+    eo.target = target;
+    Engine engine(eo);  // resolves the target (Error naming it if invalid); compiles nothing
+    Item rt;
+    rt.target = engine.target_string();
+    rt.kind = "runtime";
+    rt.name = "halide-runtime";
+    items.push_back(rt);
+    std::map<std::string, size_t> by_key;
+    for (size_t gi = 0; gi < spec.groups.size(); ++gi) {
+      const ModelSpec::Group& g = spec.groups[gi];
+      Graph graph = [&] {
+        try {
+          return update_graph(spec.optimizer, g.overrides);
+        } catch (const Error& e) {
+          throw Error(spec.path + ": param_groups[" + std::to_string(gi) + "]: " + e.what());
+        }
+      }();
+      std::string key = engine.kernel_key(graph);
+      auto [it, fresh] = by_key.emplace(key, items.size());
+      if (fresh) {
+        Item k;
+        k.target = engine.target_string();
+        k.kind = "kernel";
+        k.name = graph.name();
+        k.key = key;
+        k.graph = graph;
+        items.push_back(k);
+      }
+      Item& k = items[it->second];
+      ++k.groups;
+      k.tensors += static_cast<int64_t>(g.params.size());
+      for (size_t pi : g.params) k.elements += spec.params[pi].numel;
+    }
+  }
+  return items;
+}
+
+void run_item(Item& item, const std::string& cache_dir) {
+  auto t0 = Clock::now();
+  try {
+    EngineOptions eo;
+    eo.target = item.target;
+    eo.cache_dir = cache_dir;
+    Engine engine(eo);
+    bool found = item.kind == "runtime" ? engine.precompile_runtime() : engine.precompile(item.graph);
+    item.status = found ? "hit" : "compiled";
+  } catch (const Error& e) {
+    item.status = "failed";
+    item.error = e.what();
+    if (item.target.find("cuda") != std::string::npos)
+      item.error = "GPU targets are not supported yet (CUDA schedules are issue 7): " + item.error;
+  }
+  item.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int run_warmup(const WarmupOptions& o) {
+  auto t0 = Clock::now();
+  FILE* progress = o.json ? stderr : stdout;
+  ModelSpec spec = load_spec(o.spec);
+  std::string dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  std::vector<Item> items = plan(spec, split(o.targets), dir);
+  int64_t tensors = 0;
+  for (const auto& p : spec.params) tensors += p.numel;
+  std::fprintf(progress, "optfuse warmup: %s (%s), %zu parameters (%.1f M elements) in %zu groups; "
+               "%zu objects to check in %s\n", spec.model.c_str(), spec.optimizer.value("type", "").c_str(),
+               spec.params.size(), tensors / 1e6, spec.groups.size(), items.size(), dir.c_str());
+  std::fflush(progress);
+
+  int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  jobs = std::min<int>(jobs, static_cast<int>(items.size()));
+  std::atomic<size_t> next{0};
+  std::mutex print;
+  size_t done = 0;
+  auto worker = [&] {
+    for (size_t i; (i = next++) < items.size();) {
+      run_item(items[i], dir);
+      std::lock_guard<std::mutex> lock(print);
+      const Item& it = items[i];
+      std::fprintf(progress, "[%zu/%zu] %-18s %-7s %-14s %s in %.2f s", ++done, items.size(),
+                   it.target.c_str(), it.kind.c_str(), it.name.c_str(), it.status.c_str(), it.seconds);
+      if (it.kind == "kernel")
+        std::fprintf(progress, " (serves %lld groups, %lld tensors, %.1f M elements)",
+                     static_cast<long long>(it.groups), static_cast<long long>(it.tensors),
+                     it.elements / 1e6);
+      if (!it.error.empty()) std::fprintf(progress, "\n    error: %s", it.error.c_str());
+      std::fprintf(progress, "\n");
+      std::fflush(progress);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int j = 1; j < jobs; ++j) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+
+  int64_t kernels = 0, hits = 0, misses = 0, failed = 0, rt_hits = 0, rt_misses = 0;
+  nlohmann::json list = nlohmann::json::array();
+  for (const Item& it : items) {
+    bool kernel = it.kind == "kernel";
+    kernels += kernel;
+    if (it.status == "hit") (kernel ? hits : rt_hits)++;
+    if (it.status == "compiled") (kernel ? misses : rt_misses)++;
+    failed += it.status == "failed";
+    nlohmann::json j = {{"target", it.target}, {"kind", it.kind}, {"name", it.name},
+                        {"status", it.status}, {"seconds", it.seconds}};
+    if (kernel) {
+      j["key"] = it.key;
+      j["groups"] = it.groups;
+      j["tensors"] = it.tensors;
+      j["elements"] = it.elements;
+    }
+    if (!it.error.empty()) j["error"] = it.error;
+    list.push_back(j);
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (o.json) {
+    nlohmann::json report = {{"spec", o.spec}, {"model", spec.model}, {"cache_dir", dir},
+                             {"kernels", kernels}, {"hits", hits}, {"misses", misses},
+                             {"failed", failed}, {"runtime_hits", rt_hits},
+                             {"runtime_misses", rt_misses}, {"seconds", seconds}, {"items", list}};
+    std::cout << report.dump(2) << "\n";
+  } else {
+    std::printf("kernels %lld, hits %lld, misses %lld (compiled), failed %lld; runtimes: %lld hits, "
+                "%lld compiled; %.2f s\n", static_cast<long long>(kernels),
+                static_cast<long long>(hits), static_cast<long long>(misses),
+                static_cast<long long>(failed), static_cast<long long>(rt_hits),
+                static_cast<long long>(rt_misses), seconds);
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+void add_warmup_command(CLI::App& app) {
+  auto o = std::make_shared<WarmupOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "warmup", "Compile every kernel a model spec's optimizer needs into the disk cache "
+                "(spec format: examples/specs/README.md)");
+  cmd->add_option("--spec", o->spec, "model spec (JSON)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--target", o->targets,
+                  "Halide target(s), comma-separated, e.g. host,x86-64-linux-avx2,arm-64-linux")
+      ->capture_default_str();
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "cache directory (default: $OPTFUSE_CACHE_DIR, $XDG_CACHE_HOME/optfuse, "
+                  "~/.cache/optfuse)");
+  cmd->add_option("--jobs", o->jobs, "objects compiled at once (0 = one per core)")
+      ->check(CLI::Range(0, 256))->capture_default_str();
+  cmd->add_flag("--json", o->json, "print a JSON report (progress goes to stderr)");
+  cmd->callback([o] {
+    int rc = run_warmup(*o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace optfuse::tools
