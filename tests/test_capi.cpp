@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -352,6 +353,38 @@ TEST(CApi, FailedCallsChangeNothing) {
     ASSERT_EQ(optfuse_optimizer_step(control.o), OPTFUSE_OK);
     ASSERT_TRUE(same_params(vm, cm)) << "step " << t;
   }
+}
+
+// A second engine over the same cache directory reads the kernel instead of compiling it.
+TEST(CApi, CachedEngineReadsKernelsFromDisk) {
+  std::string dir = testing::temp_path("capi_cache");
+  auto run_once = [&](optfuse_counters* c) {
+    optfuse_engine* e = nullptr;
+    ASSERT_EQ(C_CALL(optfuse_engine_create_cached("host", 0, dir.c_str(), &e)), OPTFUSE_OK)
+        << last_error();
+    {
+      COptimizer o(e, kConfig);
+      Model m = two_groups(5);
+      ASSERT_EQ(add_groups_c(o.o, m), OPTFUSE_OK) << last_error();
+      ASSERT_EQ(C_CALL(optfuse_optimizer_step(o.o)), OPTFUSE_OK) << last_error();
+    }
+    ASSERT_EQ(C_CALL(optfuse_engine_counters(e, c)), OPTFUSE_OK);
+    optfuse_engine_destroy(e);
+  };
+  optfuse_counters cold{}, warm{};
+  run_once(&cold);
+  run_once(&warm);
+  EXPECT_EQ(cold.compiles, 1);
+  EXPECT_EQ(cold.disk_hits, 0);
+  EXPECT_EQ(warm.compiles, 0);
+  EXPECT_GE(warm.disk_hits, 1);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+
+  optfuse_engine* e = nullptr;
+  EXPECT_EQ(C_CALL(optfuse_engine_create_cached("host", -1, nullptr, &e)), OPTFUSE_ERR_INVALID);
+  EXPECT_THAT(last_error(), HasSubstr("num_threads must be >= 0"));
+  EXPECT_EQ(e, nullptr);
 }
 
 TEST(CApi, LastErrorIsPerThread) {

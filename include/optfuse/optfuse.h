@@ -36,6 +36,7 @@ typedef struct {
   int64_t lookups;         /* kernel requests */
   int64_t hits;            /* requests answered by an already-compiled kernel */
   double compile_seconds;  /* time spent compiling */
+  int64_t disk_hits;       /* objects read from the persistent cache instead of compiled */
 } optfuse_counters;
 
 const char* optfuse_last_error(void);
@@ -43,6 +44,11 @@ const char* optfuse_version(void);
 
 /* target: "host" or a Halide target string (NULL = "host"); num_threads: 0 = all cores. */
 int optfuse_engine_create(const char* target, int num_threads, optfuse_engine** out);
+/* The same with the persistent kernel cache: cache_dir is a directory, or "" for the default
+ * location ($OPTFUSE_CACHE_DIR, else $XDG_CACHE_HOME/optfuse, else ~/.cache/optfuse), or NULL for
+ * memory only (what optfuse_engine_create does). */
+int optfuse_engine_create_cached(const char* target, int num_threads, const char* cache_dir,
+                                 optfuse_engine** out);
 void optfuse_engine_destroy(optfuse_engine* engine);
 int optfuse_engine_counters(const optfuse_engine* engine, optfuse_counters* out);
 

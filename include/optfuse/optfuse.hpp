@@ -1,5 +1,6 @@
 #pragma once
 // The optfuse C++ API in one include. The plain C API is optfuse/optfuse.h.
+#include "optfuse/cache.h"
 #include "optfuse/dtype.h"
 #include "optfuse/engine.h"
 #include "optfuse/error.h"

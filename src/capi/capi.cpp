@@ -68,12 +68,21 @@ const char* optfuse_last_error(void) { return g_last_error.c_str(); }
 const char* optfuse_version(void) { return OPTFUSE_VERSION; }
 
 int optfuse_engine_create(const char* target, int num_threads, optfuse_engine** out) {
+  return optfuse_engine_create_cached(target, num_threads, nullptr, out);
+}
+
+int optfuse_engine_create_cached(const char* target, int num_threads, const char* cache_dir,
+                                 optfuse_engine** out) {
   OPTFUSE_REQUIRE(out);
   *out = nullptr;
+  if (num_threads < 0)
+    return fail(OPTFUSE_ERR_INVALID, "num_threads must be >= 0 (0 = all cores), got " +
+                                         std::to_string(num_threads));
   return guarded([&] {
     optfuse::EngineOptions o;
     if (target) o.target = target;
     o.num_threads = num_threads;
+    if (cache_dir) o.cache_dir = *cache_dir ? cache_dir : optfuse::default_cache_dir();
     *out = new optfuse_engine(std::move(o));
   });
 }
@@ -85,7 +94,7 @@ int optfuse_engine_counters(const optfuse_engine* engine, optfuse_counters* out)
   OPTFUSE_REQUIRE(out);
   return guarded([&] {
     optfuse::EngineCounters c = engine->engine.counters();
-    *out = {c.compiles, c.lookups, c.hits, c.compile_seconds};
+    *out = {c.compiles, c.lookups, c.hits, c.compile_seconds, c.disk_hits};
   });
 }
 
