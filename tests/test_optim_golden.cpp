@@ -41,7 +41,12 @@ using testing::within_bound;
 
 const std::vector<std::string> kExpectedCases = {
     "adam",          "adam_maximize",          "adam_wd_amsgrad", "adamw",
-    "adamw_amsgrad", "sgd_momentum_dampening", "sgd_nesterov",    "sgd_plain_maximize"};
+    "adamw_amsgrad", "sgd_momentum_dampening", "sgd_nesterov",    "sgd_plain_maximize",
+    "adagrad",       "adagrad_decay_init_maximize",
+    "rmsprop",       "rmsprop_centered_momentum",                 "rmsprop_momentum_maximize",
+    "adamax",        "adamax_wd_maximize",
+    "nadam",         "nadam_wd",               "nadam_decoupled",
+    "radam",         "radam_wd_maximize",      "radam_decoupled"};
 
 // The two gradient rules make_golden.py knows, verbatim.
 const char* const kPlainRule = "g_t[i] = gen(100 + t, i) * 0.125";
@@ -127,6 +132,50 @@ ReferenceOptimizer reference_for(const Golden& g) {
     c.maximize = h.at("maximize").get<bool>();
     return ReferenceOptimizer(c, g.p0());
   }
+  if (g.optimizer == "adagrad") {
+    testing::AdagradConfig c;
+    c.lr = h.at("lr").get<double>();
+    c.lr_decay = h.at("lr_decay").get<double>();
+    c.weight_decay = h.at("weight_decay").get<double>();
+    c.initial_accumulator_value = h.at("initial_accumulator_value").get<double>();
+    c.eps = h.at("eps").get<double>();
+    c.maximize = h.at("maximize").get<bool>();
+    return ReferenceOptimizer(c, g.p0());
+  }
+  if (g.optimizer == "rmsprop") {
+    testing::RmspropConfig c;
+    c.lr = h.at("lr").get<double>();
+    c.alpha = h.at("alpha").get<double>();
+    c.eps = h.at("eps").get<double>();
+    c.weight_decay = h.at("weight_decay").get<double>();
+    c.momentum = h.at("momentum").get<double>();
+    c.centered = h.at("centered").get<bool>();
+    c.maximize = h.at("maximize").get<bool>();
+    return ReferenceOptimizer(c, g.p0());
+  }
+  if (g.optimizer == "adamax") {
+    testing::AdamaxConfig c;
+    c.lr = h.at("lr").get<double>();
+    c.beta1 = h.at("betas")[0].get<double>();
+    c.beta2 = h.at("betas")[1].get<double>();
+    c.eps = h.at("eps").get<double>();
+    c.weight_decay = h.at("weight_decay").get<double>();
+    c.maximize = h.at("maximize").get<bool>();
+    return ReferenceOptimizer(c, g.p0());
+  }
+  if (g.optimizer == "nadam" || g.optimizer == "radam") {
+    testing::NadamRadamConfig c;
+    c.nadam = g.optimizer == "nadam";
+    c.lr = h.at("lr").get<double>();
+    c.beta1 = h.at("betas")[0].get<double>();
+    c.beta2 = h.at("betas")[1].get<double>();
+    c.eps = h.at("eps").get<double>();
+    c.weight_decay = h.at("weight_decay").get<double>();
+    if (c.nadam) c.momentum_decay = h.at("momentum_decay").get<double>();
+    c.decoupled_weight_decay = h.at("decoupled_weight_decay").get<bool>();
+    c.maximize = h.at("maximize").get<bool>();
+    return ReferenceOptimizer(c, g.p0());
+  }
   testing::AdamConfig c;
   c.decoupled_weight_decay = g.optimizer == "adamw";
   c.lr = h.at("lr").get<double>();
@@ -141,7 +190,7 @@ ReferenceOptimizer reference_for(const Golden& g) {
 
 std::vector<double> as_doubles(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
-TEST(GoldenData, DirectoryHoldsExactlyTheEightCases) {
+TEST(GoldenData, DirectoryHoldsExactlyTheExpectedCases) {
   std::set<std::string> found;
   ASSERT_TRUE(std::filesystem::is_directory(golden_dir())) << golden_dir();
   for (const auto& entry : std::filesystem::directory_iterator(golden_dir()))
