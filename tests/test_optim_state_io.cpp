@@ -71,7 +71,7 @@ std::vector<IoCase> io_cases() {
       {"adagrad_initial_accumulator",
        {{"type", "adagrad"}, {"lr", 0.05}, {"lr_decay", 0.01}},
        {{{"initial_accumulator_value", 0.1}}, Options::object()}},
-      {"radam_and_lion_share_nothing_but_the_format",
+      {"radam_decoupled_in_one_group",
        {{"type", "radam"}, {"lr", 0.01}, {"betas", {0.8, 0.9}}},
        {Options::object(), {{"decoupled_weight_decay", true}, {"weight_decay", 0.1}}}},
   };
