@@ -58,9 +58,10 @@ std::unique_ptr<Optimizer> with_one_group(const std::string& type, Buf* b) {
 // ---- optimizer type and options ------------------------------------------------------------
 
 TEST(OptimizerErrors, UnknownOptimizerTypeListsTheKnownOnes) {
-  std::string e = error_of([] { make({{"type", "rmsprop"}}); });
-  EXPECT_THAT(e, AllOf(HasSubstr("unknown optimizer type 'rmsprop'"), HasSubstr("adam"),
-                       HasSubstr("adamw"), HasSubstr("sgd")));
+  std::string e = error_of([] { make({{"type", "lbfgs"}}); });
+  EXPECT_THAT(e, AllOf(HasSubstr("unknown optimizer type 'lbfgs'"), HasSubstr("adam"),
+                       HasSubstr("adamw"), HasSubstr("sgd"), HasSubstr("rmsprop"),
+                       HasSubstr("nadam"), HasSubstr("lion")));
   EXPECT_THAT(error_of([] { make({{"lr", 0.1}}); }), HasSubstr("\"type\""));
   EXPECT_THAT(error_of([] { make({{"type", 3}}); }), HasSubstr("\"type\""));
   EXPECT_THAT(error_of([] { make(Options::array({1, 2})); }), HasSubstr("JSON object"));
@@ -70,6 +71,98 @@ TEST(OptimizerErrors, TypeNamesAreCaseInsensitiveTorchClassNames) {
   EXPECT_EQ(make({{"type", "AdamW"}})->type(), "adamw");
   EXPECT_EQ(make({{"type", "SGD"}})->type(), "sgd");
   EXPECT_EQ(make({{"type", "Adam"}})->type(), "adam");
+  EXPECT_EQ(make({{"type", "Adagrad"}})->type(), "adagrad");
+  EXPECT_EQ(make({{"type", "RMSprop"}})->type(), "rmsprop");
+  EXPECT_EQ(make({{"type", "Adamax"}})->type(), "adamax");
+  EXPECT_EQ(make({{"type", "NAdam"}})->type(), "nadam");
+  EXPECT_EQ(make({{"type", "RAdam"}})->type(), "radam");
+  EXPECT_EQ(make({{"type", "Lion"}})->type(), "lion");
+}
+
+// torch's defaults, argument for argument (Lion: lion-pytorch's).
+TEST(OptimizerErrors, NewOptimizersHaveTorchDefaults) {
+  EXPECT_EQ(optimizer_defaults("adagrad"),
+            Options({{"lr", 1e-2}, {"lr_decay", 0.0}, {"weight_decay", 0.0},
+                     {"initial_accumulator_value", 0.0}, {"eps", 1e-10}, {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("rmsprop"),
+            Options({{"lr", 1e-2}, {"alpha", 0.99}, {"eps", 1e-8}, {"weight_decay", 0.0},
+                     {"momentum", 0.0}, {"centered", false}, {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("adamax"),
+            Options({{"lr", 2e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.0},
+                     {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("nadam"),
+            Options({{"lr", 2e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.0},
+                     {"momentum_decay", 4e-3}, {"decoupled_weight_decay", false},
+                     {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("radam"),
+            Options({{"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.0},
+                     {"decoupled_weight_decay", false}, {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("lion"),
+            Options({{"lr", 1e-4}, {"betas", {0.9, 0.99}}, {"weight_decay", 0.0}}));
+}
+
+// torch's ValueError texts for each new optimizer, in torch's order of checks.
+TEST(OptimizerErrors, NewOptimizersValidateAsTorchDoes) {
+  struct Bad {
+    const char* type;
+    Options options;
+    const char* message;
+  };
+  const std::vector<Bad> bad = {
+      {"adagrad", {{"lr", -0.1}}, "Invalid learning rate: -0.1"},
+      {"adagrad", {{"lr_decay", -0.5}}, "Invalid lr_decay value: -0.5"},
+      {"adagrad", {{"weight_decay", -1.0}}, "Invalid weight_decay value: -1.0"},
+      {"adagrad", {{"initial_accumulator_value", -0.1}},
+       "Invalid initial_accumulator_value value: -0.1"},
+      {"adagrad", {{"eps", -1e-10}}, "Invalid epsilon value: -1e-10"},
+      {"rmsprop", {{"lr", -0.01}}, "Invalid learning rate: -0.01"},
+      {"rmsprop", {{"eps", -1e-08}}, "Invalid epsilon value: -1e-08"},
+      {"rmsprop", {{"momentum", -0.9}}, "Invalid momentum value: -0.9"},
+      {"rmsprop", {{"weight_decay", -0.01}}, "Invalid weight_decay value: -0.01"},
+      {"rmsprop", {{"alpha", -0.99}}, "Invalid alpha value: -0.99"},
+      {"rmsprop", {{"lr", -1.0}, {"alpha", -1.0}}, "Invalid learning rate: -1.0"},
+      {"adamax", {{"lr", -0.002}}, "Invalid learning rate: -0.002"},
+      {"adamax", {{"eps", -1.0}}, "Invalid epsilon value: -1.0"},
+      {"adamax", {{"betas", {1.0, 0.999}}}, "Invalid beta parameter at index 0: 1.0"},
+      {"adamax", {{"betas", {0.9, -0.1}}}, "Invalid beta parameter at index 1: -0.1"},
+      {"adamax", {{"weight_decay", -0.5}}, "Invalid weight_decay value: -0.5"},
+      {"nadam", {{"lr", -0.002}}, "Invalid learning rate: -0.002"},
+      {"nadam", {{"eps", -1e-08}}, "Invalid epsilon value: -1e-08"},
+      {"nadam", {{"betas", {-0.5, 0.999}}}, "Invalid beta parameter at index 0: -0.5"},
+      {"nadam", {{"betas", {0.9, 1.0}}}, "Invalid beta parameter at index 1: 1.0"},
+      {"nadam", {{"weight_decay", -0.01}}, "Invalid weight_decay value: -0.01"},
+      {"nadam", {{"momentum_decay", -0.004}}, "Invalid momentum_decay value: -0.004"},
+      {"radam", {{"lr", -0.001}}, "Invalid learning rate: -0.001"},
+      {"radam", {{"eps", -1e-08}}, "Invalid epsilon value: -1e-08"},
+      {"radam", {{"betas", {1.5, 0.999}}}, "Invalid beta parameter at index 0: 1.5"},
+      {"radam", {{"betas", {0.9, 1.0}}}, "Invalid beta parameter at index 1: 1.0"},
+      {"radam", {{"weight_decay", -0.1}}, "Invalid weight_decay value: -0.1"},
+      {"lion", {{"lr", -0.0001}}, "Invalid learning rate: -0.0001"},
+      {"lion", {{"betas", {1.0, 0.99}}}, "Invalid beta parameter at index 0: 1.0"},
+      {"lion", {{"betas", {0.9, 1.0}}}, "Invalid beta parameter at index 1: 1.0"},
+      {"lion", {{"weight_decay", -0.1}}, "Invalid weight_decay value: -0.1"},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(std::string(b.type) + " " + b.options.dump());
+    Options config = b.options;
+    config["type"] = b.type;
+    EXPECT_THAT(error_of([&] { make(config); }),
+                AllOf(StartsWith("optimizer config"), HasSubstr(b.message)));
+    // The same check guards a group and set().
+    Buf a(3), c(3);
+    auto opt = with_one_group(b.type, &a);
+    EXPECT_THAT(error_of([&] { opt->add_param_group({c.ref()}, b.options); }),
+                AllOf(StartsWith("param group 1"), HasSubstr(b.message)));
+    for (auto it = b.options.begin(); it != b.options.end(); ++it)
+      if (b.options.size() == 1)
+        EXPECT_THAT(error_of([&] { opt->set(0, it.key(), it.value()); }),
+                    AllOf(StartsWith("param group 0"), HasSubstr(b.message)));
+  }
+  // Boundaries torch accepts: zeros everywhere (RMSprop alpha = 0, Adagrad lr_decay = 0, ...).
+  EXPECT_NO_THROW(make({{"type", "rmsprop"}, {"alpha", 0.0}, {"eps", 0.0}, {"momentum", 0.0}}));
+  EXPECT_NO_THROW(make({{"type", "adagrad"}, {"lr_decay", 0.0}, {"eps", 0.0}}));
+  EXPECT_NO_THROW(make({{"type", "nadam"}, {"momentum_decay", 0.0}, {"betas", {0.0, 0.0}}}));
+  EXPECT_NO_THROW(make({{"type", "lion"}, {"betas", {0.0, 0.0}}, {"lr", 0.0}}));
 }
 
 TEST(OptimizerErrors, UnknownOptionNamesOptionAndOptimizerAndGroup) {

@@ -61,6 +61,19 @@ std::vector<IoCase> io_cases() {
       {"adamw",
        {{"type", "adamw"}, {"lr", 0.01}, {"weight_decay", 0.1}},
        {{{"betas", {0.8, 0.95}}}, Options::object()}},
+      // NAdam's running mu_product is host state: a resume that lost it would restart it at 1.
+      {"nadam_decoupled_in_one_group",
+       {{"type", "nadam"}, {"lr", 0.01}, {"weight_decay", 0.01}},
+       {Options::object(), {{"decoupled_weight_decay", true}, {"momentum_decay", 0.01}}}},
+      {"rmsprop_centered_momentum_in_one_group",
+       {{"type", "rmsprop"}, {"lr", 0.01}},
+       {Options::object(), {{"centered", true}, {"momentum", 0.9}}}},
+      {"adagrad_initial_accumulator",
+       {{"type", "adagrad"}, {"lr", 0.05}, {"lr_decay", 0.01}},
+       {{{"initial_accumulator_value", 0.1}}, Options::object()}},
+      {"radam_decoupled_in_one_group",
+       {{"type", "radam"}, {"lr", 0.01}, {"betas", {0.8, 0.9}}},
+       {Options::object(), {{"decoupled_weight_decay", true}, {"weight_decay", 0.1}}}},
   };
 }
 

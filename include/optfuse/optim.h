@@ -8,8 +8,8 @@
 //   for (...) { /* fill grads */ opt->step(); }
 //
 // Parameters and gradients are float32 host buffers owned by the caller; optimizer state
-// (exp_avg, momentum_buffer, ...) is owned by the optimizer, created lazily at the first step
-// exactly as torch does. One compiled kernel serves every tensor of every group whose update has
+// (exp_avg, momentum_buffer, sum, ...) is owned by the optimizer, created lazily at the first step
+// with torch's initial values (zeros; Adagrad's sum: initial_accumulator_value). One compiled kernel serves every tensor of every group whose update has
 // the same STRUCTURE (e.g. AdamW without AMSGrad); hyperparameter values and sizes are call
 // arguments, so changing lr between steps never recompiles.
 //
@@ -51,7 +51,8 @@ Graph update_graph(const Options& config, const Options& overrides = {});
 
 class Optimizer {
  public:
-  // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw") and
+  // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",
+  // "adagrad", "rmsprop", "adamax", "nadam", "radam"; or "lion", which torch lacks) and
   // optional defaults for every group, e.g. {"type":"adamw","lr":1e-3,"betas":[0.9,0.999]}.
   static std::unique_ptr<Optimizer> create(Engine& engine, const Options& config);
   ~Optimizer();
@@ -76,7 +77,8 @@ class Optimizer {
   // Points a parameter at a new gradient buffer (same numel; must not overlap any param).
   void set_grad(size_t group, size_t index, const TensorRef& grad);
 
-  // Per-tensor state, as torch names it ("exp_avg", "momentum_buffer", ...); null if absent.
+  // Per-tensor state, as torch names it ("exp_avg", "momentum_buffer", "sum", "square_avg",
+  // "grad_avg", "exp_inf", ...); null if absent. NAdam's scalar mu_product is kept on the host.
   const std::vector<float>* state(size_t group, size_t index, const std::string& name) const;
   int64_t step_count(size_t group, size_t index) const;
 

@@ -115,7 +115,7 @@ void* input_pointer(Impl::Tensor& t, const KernelSignature::TensorArg& arg) {
 
 void run_tensor(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool created_now) {
   const KernelSignature& sig = g.kernel->signature();
-  optim::TensorStep ts{++t.step, created_now};
+  optim::TensorStep ts{++t.step, created_now, &t.host};
   std::map<std::string, double> values;
   impl.rule->scalars(g.options, ts, &values);
 
@@ -144,7 +144,11 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
   if (!config.is_object()) throw Error("optimizer config must be a JSON object, got " + config.dump());
   auto type = config.find("type");
   if (type == config.end() || !type->is_string())
-    throw Error("optimizer config needs \"type\" (one of: adam, adamw, sgd)");
+    {
+    std::string known;
+    for (const auto& k : optim::rule_types()) known += (known.empty() ? "" : ", ") + k;
+    throw Error("optimizer config needs \"type\" (one of: " + known + ")");
+  }
   auto impl = std::make_unique<Impl>();
   impl->engine = &engine;
   impl->rule = optim::make_rule(type->get<std::string>());
@@ -183,7 +187,7 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
     if (r.grad.numel != r.param.numel)
       throw Error(who + ": grad has " + std::to_string(r.grad.numel) + " elements but param has " +
                   std::to_string(r.param.numel));
-    g.tensors.push_back(Impl::Tensor{r, 0, {}});
+    g.tensors.push_back(Impl::Tensor{r, 0, {}, {}});
   }
   std::vector<Span> spans = all_spans(impl_->groups);
   for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
@@ -236,19 +240,26 @@ void Optimizer::step() {
   struct Pending {
     Impl::Tensor* tensor;
     std::string name;
-    std::vector<float> zeros;
+    std::vector<float> values;
   };
   std::vector<Pending> pending;
   for (auto& g : impl_->groups)
     for (auto& t : g.tensors)
       for (const auto& name : g.state_names)
-        if (!t.state.count(name))
-          pending.push_back({&t, name, std::vector<float>(static_cast<size_t>(t.ref.param.numel), 0.f)});
+        if (!t.state.count(name)) {
+          auto fill = static_cast<float>(impl_->rule->initial_state_value(g.options, name));
+          pending.push_back({&t, name, std::vector<float>(static_cast<size_t>(t.ref.param.numel), fill)});
+        }
   std::vector<const Impl::Tensor*> created;
   for (auto& p : pending) {
-    p.tensor->state.emplace(p.name, std::move(p.zeros));
+    p.tensor->state.emplace(p.name, std::move(p.values));
     created.push_back(p.tensor);
   }
+  // Host state: a tensor that has none yet (its first step) starts with the rule's initial one.
+  const optim::HostState initial_host = impl_->rule->initial_host_state();
+  for (auto& g : impl_->groups)
+    for (auto& t : g.tensors)
+      for (const auto& [name, value] : initial_host) t.host.emplace(name, value);
 
   // Phase 3: one fused kernel call per tensor.
   for (auto& g : impl_->groups)

@@ -15,6 +15,7 @@ struct Optimizer::Impl {
     ParamRef ref;
     int64_t step = 0;                                  // torch's state['step']
     std::map<std::string, std::vector<float>> state;  // created lazily at the first step
+    optim::HostState host;                            // the rule's per-tensor host state
   };
   struct Group {
     Options options;  // defaults merged with overrides, validated

@@ -6,7 +6,9 @@
 
 namespace optfuse::optim {
 
-std::vector<std::string> rule_types() { return {"adam", "adamw", "sgd"}; }
+std::vector<std::string> rule_types() {
+  return {"adagrad", "adam", "adamax", "adamw", "lion", "nadam", "radam", "rmsprop", "sgd"};
+}
 
 std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
   std::string t = type;
@@ -14,6 +16,12 @@ std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
   if (t == "sgd") return make_sgd();
   if (t == "adam") return make_adam(false);
   if (t == "adamw") return make_adam(true);
+  if (t == "adagrad") return make_adagrad();
+  if (t == "rmsprop") return make_rmsprop();
+  if (t == "adamax") return make_adamax();
+  if (t == "nadam") return make_nadam();
+  if (t == "radam") return make_radam();
+  if (t == "lion") return make_lion();
   std::string known;
   for (const auto& k : rule_types()) known += (known.empty() ? "" : ", ") + k;
   throw Error("unknown optimizer type '" + type + "' (known: " + known + ")");

@@ -12,10 +12,15 @@
 
 namespace optfuse::optim {
 
+// Per-tensor state a rule keeps on the host in double, by name (e.g. NAdam's running
+// "mu_product", torch's state['mu_product']). Owned by the optimizer, saved with the state file.
+using HostState = std::map<std::string, double>;
+
 // What a rule may know about one tensor when computing its scalars.
 struct TensorStep {
-  int64_t step = 0;               // torch's state['step'] after this step's increment (1-based)
-  bool state_created_now = false;  // its state buffers were created (zeroed) for this step
+  int64_t step = 0;                // torch's state['step'] after this step's increment (1-based)
+  bool state_created_now = false;  // its state buffers were created for this step
+  HostState* host = nullptr;       // this tensor's host state; scalars() advances it by one step
 };
 
 class UpdateRule {
@@ -31,6 +36,16 @@ class UpdateRule {
   virtual std::vector<std::string> state_names(const Options& h) const = 0;
   // Every state name this optimizer can have under any structure (for checking state files).
   virtual std::vector<std::string> all_state_names() const = 0;
+  // The value a new state buffer is filled with (torch: zeros_like, except e.g. Adagrad's
+  // full_like(p, initial_accumulator_value)); rounded to float32 once.
+  virtual double initial_state_value(const Options& h, const std::string& name) const {
+    (void)h;
+    (void)name;
+    return 0.0;
+  }
+  // The host state a tensor starts with (created with its state buffers, at its first step).
+  virtual HostState initial_host_state() const { return {}; }
+  // Writes this step's scalars; may advance *t.host (called exactly once per tensor and step).
   virtual void scalars(const Options& h, const TensorStep& t,
                        std::map<std::string, double>* out) const = 0;
 };
@@ -41,5 +56,11 @@ std::vector<std::string> rule_types();
 
 std::unique_ptr<UpdateRule> make_sgd();
 std::unique_ptr<UpdateRule> make_adam(bool decoupled_weight_decay);  // false: Adam, true: AdamW
+std::unique_ptr<UpdateRule> make_adagrad();
+std::unique_ptr<UpdateRule> make_rmsprop();
+std::unique_ptr<UpdateRule> make_adamax();
+std::unique_ptr<UpdateRule> make_nadam();
+std::unique_ptr<UpdateRule> make_radam();
+std::unique_ptr<UpdateRule> make_lion();  // not in torch.optim: Chen et al. 2023 / lion-pytorch
 
 }  // namespace optfuse::optim

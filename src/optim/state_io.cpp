@@ -3,12 +3,14 @@
 // Layout (little-endian):
 //   "OPTFUSE-STATE 1\n"                  magic and format version
 //   u64 header_size, header              JSON: type, per group: options, per tensor: numel,
-//                                        step and the names of its state buffers, in order
+//                                        step, the names of its state buffers, in order, and
+//                                        (when the rule keeps any) its host state as exact doubles
 //   f32 data                             every state buffer, in header order
 //   u64 hi, u64 lo                       XXH3-128 of everything before it
 // Written to a temporary file and renamed, so a crash never leaves a half-written file in place.
 // Read completely and checked before the optimizer is touched.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -63,7 +65,9 @@ void Optimizer::save_state(const std::string& path) const {
         names.push_back(name);
         append(&data, buf.data(), buf.size() * sizeof(float));
       }
-      tensors.push_back({{"numel", t.ref.param.numel}, {"step", t.step}, {"state", names}});
+      Options entry = {{"numel", t.ref.param.numel}, {"step", t.step}, {"state", names}};
+      if (!t.host.empty()) entry["host"] = t.host;  // JSON doubles print with 17 digits: exact
+      tensors.push_back(std::move(entry));
     }
     header["groups"].push_back({{"options", g.options}, {"tensors", tensors}});
   }
@@ -99,6 +103,7 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
     throw Error("has " + std::to_string(groups.size()) + " param groups, this optimizer has " +
                 std::to_string(impl.groups.size()));
   const std::vector<std::string> known = impl.rule->all_state_names();
+  const optim::HostState known_host = impl.rule->initial_host_state();
   Loaded out;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const Impl::Group& g = impl.groups[gi];
@@ -117,8 +122,18 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
     for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
       const Options& ft = ft_list[ti];
       const ParamRef& ref = g.tensors[ti].ref;
-      Impl::Tensor t{ref, ft.at("step").get<int64_t>(), {}};
+      Impl::Tensor t{ref, ft.at("step").get<int64_t>(), {}, {}};
       if (t.step < 0) throw Error(Impl::where(gi, ti, ref) + ": negative step count");
+      if (ft.contains("host"))
+        for (auto it = ft.at("host").begin(); it != ft.at("host").end(); ++it) {
+          if (!known_host.count(it.key()))
+            throw Error(Impl::where(gi, ti, ref) + ": '" + it.key() + "' is not " + type +
+                        " host state");
+          if (!it.value().is_number() || !std::isfinite(it.value().get<double>()))
+            throw Error(Impl::where(gi, ti, ref) + ": host state '" + it.key() +
+                        "' is not a finite number");
+          t.host[it.key()] = it.value().get<double>();
+        }
       int64_t numel = ft.at("numel").get<int64_t>();
       if (numel != ref.param.numel)
         throw Error(Impl::where(gi, ti, ref) + " has " + std::to_string(numel) +

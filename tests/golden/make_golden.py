@@ -2,10 +2,11 @@
 """Generate golden optimizer trajectories with real torch.optim.
 
 What it does
-    Runs 20 steps of several torch.optim optimizers (Adam, AdamW, SGD with
-    assorted options) on a single 1-D float32 parameter of n = 257 elements,
-    on CPU, using the single-tensor reference path (foreach=False,
-    fused=False). Inputs come from an integer-only generator `gen` (below)
+    Runs 20 steps of several torch.optim optimizers (Adam, AdamW, SGD,
+    Adagrad, RMSprop, Adamax, NAdam, RAdam with assorted options) on a single
+    1-D float32 parameter of n = 257 elements, on CPU, using the
+    single-tensor reference path (foreach=False, and fused=False where the
+    class has that argument). Inputs come from an integer-only generator `gen` (below)
     that the C++ tests re-implement bit-exactly, so the C++ side can rebuild
     the same p0 / gradients / lr schedule and compare against these files.
 
@@ -16,7 +17,8 @@ What it writes
       (the 20 per-step lrs, doubles), grad_seed_base, grad_scale_rule,
       params (20 lists: the parameter after steps 1..20) and
       state (final state tensors after step 20 under torch's names:
-      exp_avg, exp_avg_sq, max_exp_avg_sq, momentum_buffer, as present).
+      exp_avg, exp_avg_sq, max_exp_avg_sq, momentum_buffer, sum, square_avg,
+      grad_avg, exp_inf, as present; NAdam's 0-d mu_product is not written).
     Every float32 value is printed with '%.9g', which round-trips to the
     identical float32. lr_schedule values use repr() (exact doubles).
 
@@ -34,6 +36,7 @@ How to run (needs torch + numpy; torch is NOT a project build dependency)
   prints the max relative difference to torch.
 """
 
+import inspect
 import json
 import os
 import sys
@@ -90,9 +93,48 @@ CASES = [
     ("sgd_plain_maximize", torch.optim.SGD,
      dict(lr=0.1, momentum=0.0, dampening=0.0, weight_decay=0.05, nesterov=False,
           maximize=True)),
+    ("adagrad", torch.optim.Adagrad,
+     dict(lr=0.05, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10,
+          maximize=False)),
+    ("adagrad_decay_init_maximize", torch.optim.Adagrad,
+     dict(lr=0.1, lr_decay=0.05, weight_decay=0.01, initial_accumulator_value=0.1, eps=1e-6,
+          maximize=True)),
+    ("rmsprop", torch.optim.RMSprop,
+     dict(lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False,
+          maximize=False)),
+    ("rmsprop_centered_momentum", torch.optim.RMSprop,
+     dict(lr=0.005, alpha=0.9, eps=1e-6, weight_decay=0.01, momentum=0.9, centered=True,
+          maximize=False)),
+    ("rmsprop_momentum_maximize", torch.optim.RMSprop,
+     dict(lr=0.01, alpha=0.95, eps=1e-8, weight_decay=0.0, momentum=0.5, centered=False,
+          maximize=True)),
+    ("adamax", torch.optim.Adamax,
+     dict(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, maximize=False)),
+    ("adamax_wd_maximize", torch.optim.Adamax,
+     dict(lr=5e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01, maximize=True)),
+    ("nadam", torch.optim.NAdam,
+     dict(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3,
+          decoupled_weight_decay=False, maximize=False)),
+    ("nadam_wd", torch.optim.NAdam,
+     dict(lr=3e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01, momentum_decay=0.01,
+          decoupled_weight_decay=False, maximize=True)),
+    ("nadam_decoupled", torch.optim.NAdam,
+     dict(lr=2e-3, betas=(0.9, 0.995), eps=1e-8, weight_decay=0.1, momentum_decay=4e-3,
+          decoupled_weight_decay=True, maximize=False)),
+    # beta2 = 0.9 crosses rho_t > 5 at step 3, beta2 = 0.999 at step 6: both branches recorded.
+    ("radam", torch.optim.RAdam,
+     dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+          decoupled_weight_decay=False, maximize=False)),
+    ("radam_wd_maximize", torch.optim.RAdam,
+     dict(lr=5e-3, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.01,
+          decoupled_weight_decay=False, maximize=True)),
+    ("radam_decoupled", torch.optim.RAdam,
+     dict(lr=2e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1,
+          decoupled_weight_decay=True, maximize=False)),
 ]
 
-STATE_KEYS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer")
+STATE_KEYS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg",
+              "grad_avg", "exp_inf")
 
 
 def lr_schedule(lr0):
@@ -111,7 +153,10 @@ def grad_values(amsgrad, t):
 def run_case(cls, kw):
     amsgrad = bool(kw.get("amsgrad", False))
     p = torch.tensor(p0_values(), dtype=torch.float32, requires_grad=True)
-    opt = cls([p], foreach=False, fused=False, **kw)
+    extra = dict(foreach=False)
+    if "fused" in inspect.signature(cls.__init__).parameters:
+        extra["fused"] = False
+    opt = cls([p], **extra, **kw)
     lrs = lr_schedule(kw["lr"])
     traj = []
     for t in range(1, STEPS + 1):

@@ -51,7 +51,7 @@ struct Model {
   std::vector<float*> params();
 };
 
-// The state names torch uses across SGD, Adam and AdamW.
+// The state names torch uses across every optimizer optfuse has (and Lion's exp_avg).
 const std::vector<std::string>& all_state_names();
 
 // Everything an optimizer owns or points at, byte for byte: the caller's param and grad buffers

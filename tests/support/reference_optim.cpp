@@ -107,6 +107,148 @@ void adam_element(const AdamConfig& c, const AdamStepScalars& h, Bounded* p, Bou
   *p = *p - host(h.step_size) * (*m / denom);
 }
 
+Bounded abs(Bounded a) { return {std::fabs(a.v), a.e}; }
+// sign() is exact when the argument's sign is certain; otherwise a float32 evaluation may give
+// any of -1, 0, 1 (distance <= 1 from sign(0) = 0, <= 2 from +-1).
+Bounded sign(Bounded a) {
+  double s = a.v > 0 ? 1.0 : (a.v < 0 ? -1.0 : 0.0);
+  if (std::fabs(a.v) > a.e) return {s, 0.0};
+  return {s, a.v == 0 ? 1.0 : 2.0};
+}
+// A host scalar computed in double from the float32-bounded host value x (NAdam's mu_product):
+// f(x) for |x' - x| <= x_err deviates by at most `prop` (given), then is rounded once to float32.
+Bounded host_of(double v, double prop) { return {v, rounded(v, prop)}; }
+
+// torch.optim.Adagrad, one element (torch/optim/adagrad.py, _single_tensor_adagrad):
+//   g = maximize ? -grad : grad;  if weight_decay: g = g + weight_decay * p
+//   clr = lr / (1 + (t - 1) * lr_decay)   (host)
+//   sum = sum + g * g  (addcmul_, value 1);  std = sqrt(sum) + eps;  p = p - clr * (g / std)
+void adagrad_element(const AdagradConfig& c, int64_t t, Bounded* p, Bounded* sum, float grad) {
+  Bounded g = c.maximize ? -input(grad) : input(grad);
+  if (c.weight_decay != 0) g = g + host(c.weight_decay) * *p;
+  double clr = c.lr / (1.0 + static_cast<double>(t - 1) * c.lr_decay);
+  *sum = *sum + g * g;
+  Bounded std_ = sqrt(*sum) + host(c.eps);
+  *p = *p - host(clr) * (g / std_);
+}
+
+// torch.optim.RMSprop, one element (torch/optim/rmsprop.py, _single_tensor_rmsprop):
+//   g as Adagrad;  v = alpha * v + (1 - alpha) * g * g
+//   centered: m = lerp(m, g, 1 - alpha); avg = sqrt(v - m * m) + eps   else avg = sqrt(v) + eps
+//   momentum > 0: buf = momentum * buf + g / avg; p = p - lr * buf     else p = p - lr * (g / avg)
+void rmsprop_element(const RmspropConfig& c, Bounded* p, Bounded* v, Bounded* m, Bounded* buf,
+                     float grad) {
+  Bounded g = c.maximize ? -input(grad) : input(grad);
+  if (c.weight_decay != 0) g = g + host(c.weight_decay) * *p;
+  *v = host(c.alpha) * *v + host(1.0 - c.alpha) * (g * g);
+  Bounded avg;
+  if (c.centered) {
+    *m = lerp(*m, g, host(1.0 - c.alpha));
+    avg = sqrt(*v - *m * *m) + host(c.eps);
+  } else {
+    avg = sqrt(*v) + host(c.eps);
+  }
+  if (c.momentum > 0) {
+    *buf = host(c.momentum) * *buf + g / avg;
+    *p = *p - host(c.lr) * *buf;
+  } else {
+    *p = *p - host(c.lr) * (g / avg);
+  }
+}
+
+// torch.optim.Adamax, one element (torch/optim/adamax.py, _single_tensor_adamax):
+//   g as Adagrad;  m = lerp(m, g, 1 - beta1);  u = max(beta2 * u, |g| + eps)
+//   clr = lr / (1 - beta1^t)  (host);  p = p - clr * (m / u)   (addcdiv_, value -clr)
+void adamax_element(const AdamaxConfig& c, int64_t t, Bounded* p, Bounded* m, Bounded* u,
+                    float grad) {
+  Bounded g = c.maximize ? -input(grad) : input(grad);
+  if (c.weight_decay != 0) g = g + host(c.weight_decay) * *p;
+  *m = lerp(*m, g, host(1.0 - c.beta1));
+  *u = max(host(c.beta2) * *u, abs(g) + host(c.eps));
+  double clr = c.lr / (1.0 - std::pow(c.beta1, static_cast<double>(t)));
+  *p = *p - host(clr) * (*m / *u);
+}
+
+// Per-step host scalars of NAdam / RAdam (double), with NAdam's mu_product advanced.
+struct NadamRadamScalars {
+  double bias_correction1, bias_correction2;
+  Bounded nadam_grad_step, nadam_exp_avg_step;  // lr(1-mu)/(1-mu_product), lr mu'/(1-mu_product mu')
+  bool rectify;
+  double rect;
+};
+NadamRadamScalars nadam_radam_scalars(const NadamRadamConfig& c, int64_t step,
+                                      Bounded* mu_product) {
+  NadamRadamScalars s{};
+  double t = static_cast<double>(step);
+  s.bias_correction1 = 1.0 - std::pow(c.beta1, t);
+  s.bias_correction2 = 1.0 - std::pow(c.beta2, t);
+  if (c.nadam) {
+    // torch/optim/nadam.py: mu = beta1 * (1 - 0.5 * 0.96 ** (step * momentum_decay)), likewise
+    // mu_next at step + 1; mu_product *= mu (a float32 tensor: rounded like any float32 op).
+    double mu = c.beta1 * (1.0 - 0.5 * std::pow(0.96, t * c.momentum_decay));
+    double mu_next = c.beta1 * (1.0 - 0.5 * std::pow(0.96, (t + 1.0) * c.momentum_decay));
+    *mu_product = *mu_product * host(mu);  // torch rounds the python float mu to float32
+    double x = mu_product->v, e = mu_product->e;
+    if (!(1.0 - x - e > 0)) throw std::logic_error("reference: 1 - mu_product may be zero");
+    double a = c.lr * (1.0 - mu);
+    s.nadam_grad_step = host_of(a / (1.0 - x), a * e / ((1.0 - x) * (1.0 - x - e)));
+    double b = c.lr * mu_next, y = 1.0 - x * mu_next;
+    s.nadam_exp_avg_step = host_of(b / y, b * mu_next * e / (y * (y - mu_next * e)));
+  } else {
+    // torch/optim/radam.py
+    double rho_inf = 2.0 / (1.0 - c.beta2) - 1.0;
+    double rho_t = rho_inf - 2.0 * t * std::pow(c.beta2, t) / s.bias_correction2;
+    s.rectify = rho_t > 5.0;
+    s.rect = s.rectify ? std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf /
+                                   ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+                       : 0.0;
+  }
+  return s;
+}
+
+// torch.optim.NAdam / RAdam, one element (_single_tensor_nadam / _single_tensor_radam):
+//   g = maximize ? -grad : grad
+//   if weight_decay: decoupled ? p = p * (1 - lr * weight_decay) : g = g + weight_decay * p
+//   m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
+//   NAdam: denom = sqrt(v / bias_correction2) + eps
+//          p = p - grad_step * (g / denom);  p = p - exp_avg_step * (m / denom)
+//   RAdam: rectified: p = p - ((m / bc1) * lr) * (sqrt(bc2) / (sqrt(v) + eps)) * rect
+//          else:      p = p - (m / bc1) * lr
+void nadam_radam_element(const NadamRadamConfig& c, const NadamRadamScalars& h, Bounded* p,
+                         Bounded* m, Bounded* v, float grad) {
+  Bounded g = c.maximize ? -input(grad) : input(grad);
+  if (c.weight_decay != 0) {
+    if (c.decoupled_weight_decay)
+      *p = *p * host(1.0 - c.lr * c.weight_decay);
+    else
+      g = g + host(c.weight_decay) * *p;
+  }
+  *m = lerp(*m, g, host(1.0 - c.beta1));
+  *v = host(c.beta2) * *v + host(1.0 - c.beta2) * (g * g);
+  if (c.nadam) {
+    Bounded denom = sqrt(*v / host(h.bias_correction2)) + host(c.eps);
+    *p = *p - h.nadam_grad_step * (g / denom);
+    *p = *p - h.nadam_exp_avg_step * (*m / denom);
+  } else {
+    Bounded corrected = (*m / host(h.bias_correction1)) * host(c.lr);
+    if (h.rectify)
+      corrected = corrected * (host(std::sqrt(h.bias_correction2)) / (sqrt(*v) + host(c.eps))) *
+                  host(h.rect);
+    *p = *p - corrected;
+  }
+}
+
+// Lion, one element (lion-pytorch, lion_pytorch.py update_fn):
+//   p = p * (1 - lr * wd);  update = sign(m * beta1 + (1 - beta1) * g);  p = p - lr * update
+//   m = m * beta2 + (1 - beta2) * g
+void lion_element(const LionConfig& c, Bounded* p, Bounded* m, float grad) {
+  Bounded g = input(grad);
+  *p = *p * host(1.0 - c.lr * c.weight_decay);
+  Bounded update = sign(*m * host(c.beta1) + host(1.0 - c.beta1) * g);
+  *p = *p - host(c.lr) * update;
+  *m = *m * host(c.beta2) + host(1.0 - c.beta2) * g;
+}
+
 std::vector<double> from_floats(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
 }  // namespace
@@ -117,13 +259,82 @@ ReferenceOptimizer::ReferenceOptimizer(const SgdConfig& config, const std::vecto
 ReferenceOptimizer::ReferenceOptimizer(const AdamConfig& config, const std::vector<float>& p0)
     : kind_(Kind::Adam), adam_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
 
+ReferenceOptimizer::ReferenceOptimizer(const AdagradConfig& config, const std::vector<float>& p0)
+    : kind_(Kind::Adagrad), adagrad_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
+ReferenceOptimizer::ReferenceOptimizer(const RmspropConfig& config, const std::vector<float>& p0)
+    : kind_(Kind::Rmsprop), rmsprop_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
+ReferenceOptimizer::ReferenceOptimizer(const AdamaxConfig& config, const std::vector<float>& p0)
+    : kind_(Kind::Adamax), adamax_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
+ReferenceOptimizer::ReferenceOptimizer(const NadamRadamConfig& config, const std::vector<float>& p0)
+    : kind_(Kind::NadamRadam), nr_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
+ReferenceOptimizer::ReferenceOptimizer(const LionConfig& config, const std::vector<float>& p0)
+    : kind_(Kind::Lion), lion_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
+
 void ReferenceOptimizer::set_lr(double lr) {
   sgd_.lr = lr;
   adam_.lr = lr;
+  adagrad_.lr = lr;
+  rmsprop_.lr = lr;
+  adamax_.lr = lr;
+  nr_.lr = lr;
+  lion_.lr = lr;
+}
+
+void ReferenceOptimizer::step_other(const std::vector<float>& grad) {
+  const size_t n = param_.size();
+  const std::vector<std::string> names = state_names();
+  for (const std::string& name : names)
+    if (!state_.count(name)) {
+      // torch: zeros_like, except Adagrad's sum: full_like(p, initial_accumulator_value), a
+      // float32 tensor (exact from then on).
+      double init = kind_ == Kind::Adagrad
+                        ? double(static_cast<float>(adagrad_.initial_accumulator_value))
+                        : 0.0;
+      state_[name].assign(n, init);
+      state_bound_[name].assign(n, 0.0);
+    }
+  // Up to three state buffers, in state_names() order.
+  std::vector<double*> sv, se;
+  for (const std::string& name : names) {
+    sv.push_back(state_[name].data());
+    se.push_back(state_bound_[name].data());
+  }
+  auto index_of = [&](const char* name) {
+    auto it = std::find(names.begin(), names.end(), name);
+    return it == names.end() ? -1 : int(it - names.begin());
+  };
+  const int sq = index_of("square_avg"), ga = index_of("grad_avg"), mb = index_of("momentum_buffer");
+  NadamRadamScalars nr{};
+  if (kind_ == Kind::NadamRadam) nr = nadam_radam_scalars(nr_, step_, &mu_product_);
+  for (size_t i = 0; i < n; ++i) {
+    Bounded p{param_[i], param_bound_[i]};
+    Bounded s[3];
+    for (size_t k = 0; k < names.size(); ++k) s[k] = {sv[k][i], se[k][i]};
+    Bounded unused;
+    switch (kind_) {
+      case Kind::Adagrad: adagrad_element(adagrad_, step_, &p, &s[0], grad[i]); break;
+      case Kind::Rmsprop:
+        rmsprop_element(rmsprop_, &p, &s[sq], ga >= 0 ? &s[ga] : &unused,
+                        mb >= 0 ? &s[mb] : &unused, grad[i]);
+        break;
+      case Kind::Adamax: adamax_element(adamax_, step_, &p, &s[0], &s[1], grad[i]); break;
+      case Kind::NadamRadam: nadam_radam_element(nr_, nr, &p, &s[0], &s[1], grad[i]); break;
+      case Kind::Lion: lion_element(lion_, &p, &s[0], grad[i]); break;
+      default: throw std::logic_error("reference: step_other on SGD/Adam");
+    }
+    for (size_t k = 0; k < names.size(); ++k) sv[k][i] = s[k].v, se[k][i] = s[k].e;
+    param_[i] = p.v;
+    param_bound_[i] = p.e;
+  }
 }
 
 void ReferenceOptimizer::step(const std::vector<float>& grad) {
   if (grad.size() != param_.size()) throw std::invalid_argument("reference: grad size mismatch");
+  if (kind_ != Kind::Sgd && kind_ != Kind::Adam) {
+    ++step_;
+    step_other(grad);
+    return;
+  }
   const size_t n = param_.size();
   ++step_;
   const bool first = !state_.count("momentum_buffer");  // torch: buf is None
@@ -168,6 +379,19 @@ void ReferenceOptimizer::step(const std::vector<float>& grad) {
 }
 
 std::vector<std::string> ReferenceOptimizer::state_names() const {
+  switch (kind_) {
+    case Kind::Adagrad: return {"sum"};
+    case Kind::Rmsprop: {
+      std::vector<std::string> names = {"square_avg"};
+      if (rmsprop_.momentum > 0) names.push_back("momentum_buffer");
+      if (rmsprop_.centered) names.push_back("grad_avg");
+      return names;
+    }
+    case Kind::Adamax: return {"exp_avg", "exp_inf"};
+    case Kind::NadamRadam: return {"exp_avg", "exp_avg_sq"};
+    case Kind::Lion: return {"exp_avg"};
+    default: break;
+  }
   if (kind_ == Kind::Sgd) {
     if (sgd_.momentum == 0) return {};
     return {"momentum_buffer"};

@@ -1,6 +1,7 @@
 #pragma once
-// Independent scalar references for torch.optim.SGD, Adam and AdamW (the single-tensor algorithm,
-// written from torch's documentation and torch/optim/{sgd,adam}.py, never from optfuse), run in
+// Independent scalar references for torch.optim.SGD, Adam, AdamW, Adagrad, RMSprop, Adamax, NAdam
+// and RAdam (the single-tensor algorithm, written from torch's documentation and
+// torch/optim/*.py, never from optfuse) and for Lion (lucidrains/lion-pytorch), run in
 // double from float32 inputs, plus a rigorous bound on how far ANY float32 evaluation of the same
 // formulas may land from the double result.
 //
@@ -49,6 +50,61 @@ struct AdamConfig {
   bool maximize = false;
 };
 
+// torch.optim.Adagrad.
+struct AdagradConfig {
+  double lr = 1e-2;
+  double lr_decay = 0;
+  double weight_decay = 0;
+  double initial_accumulator_value = 0;
+  double eps = 1e-10;
+  bool maximize = false;
+};
+
+// torch.optim.RMSprop.
+struct RmspropConfig {
+  double lr = 1e-2;
+  double alpha = 0.99;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  double momentum = 0;
+  bool centered = false;
+  bool maximize = false;
+};
+
+// torch.optim.Adamax.
+struct AdamaxConfig {
+  double lr = 2e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool maximize = false;
+};
+
+// torch.optim.NAdam (nadam = true) or RAdam (false); momentum_decay is NAdam's only.
+// NAdam's mu_product is tracked as torch keeps it: a float32 0-d tensor multiplied by mu_t each
+// step, so its bound covers torch's float32 product (and optfuse's exact double one).
+struct NadamRadamConfig {
+  bool nadam = true;
+  double lr = 2e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  double momentum_decay = 4e-3;
+  bool decoupled_weight_decay = false;
+  bool maximize = false;
+};
+
+// Lion (lion-pytorch): sign(beta1 m + (1 - beta1) g), decoupled weight decay. sign() is exact
+// unless its argument lies within its own bound of 0; then the bound allows the other sign.
+struct LionConfig {
+  double lr = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double weight_decay = 0;
+};
+
 // A double value and a bound on |float32 evaluation - value|.
 struct Bounded {
   double v = 0;
@@ -61,6 +117,11 @@ class ReferenceOptimizer {
  public:
   ReferenceOptimizer(const SgdConfig& config, const std::vector<float>& p0);
   ReferenceOptimizer(const AdamConfig& config, const std::vector<float>& p0);
+  ReferenceOptimizer(const AdagradConfig& config, const std::vector<float>& p0);
+  ReferenceOptimizer(const RmspropConfig& config, const std::vector<float>& p0);
+  ReferenceOptimizer(const AdamaxConfig& config, const std::vector<float>& p0);
+  ReferenceOptimizer(const NadamRadamConfig& config, const std::vector<float>& p0);
+  ReferenceOptimizer(const LionConfig& config, const std::vector<float>& p0);
 
   void set_lr(double lr);  // like param_groups[0]["lr"] = lr
   void step(const std::vector<float>& grad);
@@ -75,10 +136,17 @@ class ReferenceOptimizer {
   std::vector<std::string> state_names() const;
 
  private:
-  enum class Kind { Sgd, Adam };
+  enum class Kind { Sgd, Adam, Adagrad, Rmsprop, Adamax, NadamRadam, Lion };
+  void step_other(const std::vector<float>& grad);  // every kind but Sgd and Adam
   Kind kind_;
   SgdConfig sgd_;
   AdamConfig adam_;
+  AdagradConfig adagrad_;
+  RmspropConfig rmsprop_;
+  AdamaxConfig adamax_;
+  NadamRadamConfig nr_;
+  LionConfig lion_;
+  Bounded mu_product_{1.0, 0.0};  // NAdam
   int64_t step_ = 0;
   std::vector<double> param_, param_bound_;
   std::map<std::string, std::vector<double>> state_, state_bound_;

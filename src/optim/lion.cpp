@@ -1,0 +1,66 @@
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"; not in torch.optim),
+// as lucidrains/lion-pytorch implements it:
+//   p = p * (1 - lr * weight_decay)
+//   update = sign(beta1 * m + (1 - beta1) * g)              (sign(0) = 0)
+//   p = p - lr * update
+//   m = beta2 * m + (1 - beta2) * g                          (exp_avg, from zeros)
+// Validation uses torch's wording for the same checks as Adam. One structure.
+#include "optfuse/error.h"
+#include "optim/options.h"
+#include "optim/rule.h"
+
+namespace optfuse::optim {
+namespace {
+
+class Lion final : public UpdateRule {
+ public:
+  const std::string& type() const override { return type_; }
+
+  Options defaults() const override {
+    return {{"lr", 1e-4}, {"betas", {0.9, 0.99}}, {"weight_decay", 0.0}};
+  }
+
+  void validate(const Options& h, const std::string& where) const override {
+    double lr = number(h, "lr", where), wd = number(h, "weight_decay", where);
+    auto [b1, b2] = pair(h, "betas", where);
+    if (lr < 0) throw Error(where + ": Invalid learning rate: " + pyfloat(lr));
+    if (b1 < 0 || b1 >= 1) throw Error(where + ": Invalid beta parameter at index 0: " + pyfloat(b1));
+    if (b2 < 0 || b2 >= 1) throw Error(where + ": Invalid beta parameter at index 1: " + pyfloat(b2));
+    if (wd < 0) throw Error(where + ": Invalid weight_decay value: " + pyfloat(wd));
+  }
+
+  std::string structure(const Options&) const override { return ""; }
+
+  Graph graph(const Options&) const override {
+    Graph gr("lion");
+    Value p = gr.param("param"), m = gr.state("exp_avg"), g = gr.grad("grad");
+    Value update = sign(gr.scalar("beta1") * m + gr.scalar("one_minus_beta1") * g);
+    gr.output("param", p * gr.scalar("decay") - gr.scalar("lr") * update);
+    gr.output("exp_avg", gr.scalar("beta2") * m + gr.scalar("one_minus_beta2") * g);
+    return gr;
+  }
+
+  std::vector<std::string> state_names(const Options&) const override { return {"exp_avg"}; }
+  std::vector<std::string> all_state_names() const override { return {"exp_avg"}; }
+
+  void scalars(const Options& h, const TensorStep&,
+               std::map<std::string, double>* out) const override {
+    double lr = h.at("lr").get<double>();
+    double b1 = h.at("betas")[0].get<double>(), b2 = h.at("betas")[1].get<double>();
+    (*out)["lr"] = lr;
+    (*out)["decay"] = 1.0 - lr * h.at("weight_decay").get<double>();
+    (*out)["beta1"] = b1;
+    (*out)["one_minus_beta1"] = 1.0 - b1;
+    (*out)["beta2"] = b2;
+    (*out)["one_minus_beta2"] = 1.0 - b2;
+  }
+
+ private:
+  std::string type_ = "lion";
+};
+
+}  // namespace
+
+std::unique_ptr<UpdateRule> make_lion() { return std::make_unique<Lion>(); }
+
+}  // namespace optfuse::optim
