@@ -24,7 +24,13 @@ struct Schedule {
   int vector_width = 0;      // lanes per vector op; 0 = twice the target's natural f32 width
   int tasks_per_thread = 1;  // parallel tasks per worker thread (few large tasks win, see DESIGN)
   int64_t min_task = 16384;  // elements below which a call runs as a single task
-  std::string str() const;   // e.g. "v16.t1.m16384": stable text, used in keys
+  // GPU targets only (ignored, and reset to 0, for CPU targets): threads per block; 0 = 256. On
+  // a GPU target vector_width is the consecutive elements each thread handles (0 = 4: one 128-bit
+  // access per f32 tensor) and tasks_per_thread / min_task are unused (reset to their defaults).
+  int gpu_block = 0;
+  // Stable text used in keys: "v16.t1.m16384" for CPU schedules (unchanged by gpu_block), and
+  // "gpu.v4.b256" for resolved GPU schedules.
+  std::string str() const;
 };
 
 // Everything a caller needs to know to call a compiled kernel.
@@ -72,7 +78,7 @@ class Kernel {
 struct EngineOptions {
   std::string target = "host";  // "host" or any Halide target string, e.g. "x86-64-linux-avx2"
   int num_threads = 0;          // worker threads for kernels; 0 = hardware concurrency
-  Schedule schedule;            // default CPU schedule
+  Schedule schedule;            // default schedule (CPU or GPU fields by target)
   // Persistent compile cache (include/optfuse/cache.h): "" = none (memory only); otherwise a
   // directory, e.g. optfuse::default_cache_dir(). Lookups go memory -> disk -> compile.
   std::string cache_dir;
