@@ -53,7 +53,8 @@ std::vector<Item> plan(const ModelSpec& spec, const std::vector<std::string>& ta
   for (const std::string& target : targets) {
     EngineOptions eo;
     eo.target = target;
-    Engine engine(eo);  // resolves the target (Error naming it if invalid); compiles nothing
+    eo.compile_only = true;  // GPU targets need no device to be compiled for
+    Engine engine(eo);       // resolves the target (Error naming it if invalid); compiles nothing
     Item rt;
     rt.target = engine.target_string();
     rt.kind = "runtime";
@@ -95,6 +96,7 @@ void run_item(Item& item, const std::string& cache_dir) {
     EngineOptions eo;
     eo.target = item.target;
     eo.cache_dir = cache_dir;
+    eo.compile_only = true;
     Engine engine(eo);
     bool found = item.kind == "runtime" ? engine.precompile_runtime() : engine.precompile(item.graph);
     item.status = found ? "hit" : "compiled";

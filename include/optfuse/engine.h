@@ -83,6 +83,10 @@ struct EngineOptions {
   // directory, e.g. optfuse::default_cache_dir(). Lookups go memory -> disk -> compile.
   std::string cache_dir;
   uint64_t cache_max_bytes = uint64_t{1} << 30;  // LRU size cap of that directory
+  // Compile only (precompile(), precompile_runtime(), kernel_key(), lowered_stmt()); kernel()
+  // throws. Without it, an engine for a CUDA target checks at creation that a CUDA driver and
+  // device are usable and throws Error saying why not; a compile-only engine needs neither.
+  bool compile_only = false;
 };
 
 struct EngineCounters {
@@ -128,6 +132,8 @@ std::string signature_text(const KernelSignature& s);
 
 class Engine {
  public:
+  // Throws Error for an invalid target, and for a CUDA target ("host-cuda", ...) without a usable
+  // CUDA driver and device unless options.compile_only.
   explicit Engine(EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
