@@ -35,7 +35,8 @@ void apply_cuda_schedule(PipelineFuncs& f, const Schedule& s) {
   using Halide::TailStrategy;
   Halide::Var xt("xt"), xv("xv"), bx("bx"), tx("tx");
   // Thread t of the grid handles elements [t*vw, t*vw + vw): one vw-lane vector per tensor (4 f32
-  // lanes: ld/st.global.v4). The grid is ceil(n / (gpu_block * vw)) blocks, derived from the
+  // lanes: ld.global.v4.f32; Halide 14 + LLVM 14 store them as two st.global.u64, see
+  // src/lower/README.md). The grid is ceil(n / (gpu_block * vw)) blocks, derived from the
   // output extent at each call, so any n is covered. Both splits guard their tail (GuardWithIf):
   // threads past the end do nothing and the last vector is predicated; no element is computed
   // twice (ShiftInwards would, breaking in-place updates) and no memory past n is touched.
