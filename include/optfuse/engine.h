@@ -63,6 +63,13 @@ struct KernelCall {
   std::vector<double> scalars;  // signature.scalars order
   std::vector<void*> outputs;   // signature.outputs order; normally the same pointer as its input
   int64_t n = 0;
+  // The pointers are CUDA device pointers (CUdeviceptr values). Required by kernels of CUDA
+  // targets (host pointers are rejected: no hidden copies), rejected by CPU kernels. Each must be
+  // 16-byte aligned (cuMemAlloc gives 256) and valid in the CUDA context the Halide runtime
+  // uses: today its own context on device 0 (HL_GPU_DEVICE), created at the first call. The
+  // launch is asynchronous (that context's default stream): synchronize before reading results.
+  // Untested on a GPU so far (no device in CI).
+  bool device = false;
 };
 
 class Kernel {
@@ -71,7 +78,8 @@ class Kernel {
   virtual const KernelSignature& signature() const = 0;
   virtual const std::string& key() const = 0;   // hex key (graph hash + schedule + target)
   virtual const std::string& name() const = 0;  // the graph's name, for messages
-  // Runs the kernel. Checks pointer count and n >= 0; data validity is the caller's contract.
+  // Runs the kernel. Checks pointer count, n >= 0, and KernelCall::device against the target (and
+  // the alignment of device pointers); data validity is the caller's contract.
   virtual void run(const KernelCall& call) const = 0;
 };
 

@@ -105,7 +105,7 @@ struct Engine::Impl {
     if (session) return *session;
     bool found = false;
     std::vector<char> runtime = runtime_locked(&found);
-    session = jit::Session::create(runtime, num_threads);
+    session = jit::Session::create(runtime, num_threads, jit::target_uses_cuda(target));
     return *session;
   }
 
@@ -164,7 +164,8 @@ std::shared_ptr<const Kernel> Engine::kernel(const Graph& g, const Schedule& sch
   // runtime compile.
   jit::ArgvFn fn = impl_->session_locked().load_kernel(obj, fn_name);
   auto kernel = std::make_shared<KernelImpl>(std::move(sig), key, g.name(), resolved,
-                                             impl_->session, fn);
+                                             impl_->session, fn,
+                                             impl_->session->cuda_device_interface());
   impl_->table.emplace(key, kernel);
   return kernel;
 }
