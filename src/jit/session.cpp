@@ -61,6 +61,11 @@ ArgvFn Session::load_kernel(const std::vector<char>& object, const std::string& 
   return reinterpret_cast<ArgvFn>(jit_->lookup(fn_name + "_argv"));
 }
 
+void* Session::lookup(const std::string& symbol) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return jit_->lookup(symbol);
+}
+
 void Session::call(ArgvFn fn, void** args, const std::string& kernel) {
   CallContext context;
   void* user_context = &context;

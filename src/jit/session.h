@@ -30,6 +30,10 @@ class Session {
   // Loads a kernel object and returns its `fn_name`_argv entry point. Thread-safe.
   ArgvFn load_kernel(const std::vector<char>& object, const std::string& fn_name);
 
+  // The address of a symbol of the loaded runtime or kernels (e.g. "halide_device_malloc", for
+  // tests that need the runtime's own CUDA context). Thread-safe; throws Error if absent.
+  void* lookup(const std::string& symbol);
+
   // Calls `fn` with `args` (args[0] is filled in here: the user context). If the kernel fails,
   // throws Error naming `kernel` with the runtime's message.
   static void call(ArgvFn fn, void** args, const std::string& kernel);
