@@ -47,11 +47,11 @@ void apply_cuda_schedule(PipelineFuncs& f, const Schedule& s) {
   // elements, so in-place updates stay safe.
   if (f.load.defined()) f.load.compute_at(f.out, xv);
   // 128-bit accesses need an alignment the kernel can prove: every buffer starts at element 0
-  // (Kernel::run builds them so; it also removes the min differences from every index) and its
-  // data at a multiple of one vector (capped at 16 bytes; cuMemAlloc gives 256). Without this,
-  // LLVM NVPTX splits each vector into scalar ld.global.f32 and 64-bit stores. Halide asserts the
-  // host pointer's alignment; device pointers are the caller's contract.
-  // (Halide takes the min of the first output buffer for all of them.)
+  // (Kernel::run builds them so; this removes the min differences from every index) and its data
+  // at a multiple of one vector (capped at 16 bytes; cuMemAlloc gives 256). Without this, LLVM
+  // NVPTX splits each vector into scalar ld.global.f32. Halide asserts the host pointer's
+  // alignment; Kernel::run checks device pointers. (The min can only be set on the first output
+  // buffer: Halide gives the others the same.)
   auto constrain = [&](Halide::OutputImageParam b, bool set_min) {
     int bytes = b.type().bytes() * s.vector_width;
     int align = 1;
