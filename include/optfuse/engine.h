@@ -24,7 +24,13 @@ struct Schedule {
   int vector_width = 0;      // lanes per vector op; 0 = twice the target's natural f32 width
   int tasks_per_thread = 1;  // parallel tasks per worker thread (few large tasks win, see DESIGN)
   int64_t min_task = 16384;  // elements below which a call runs as a single task
-  std::string str() const;   // e.g. "v16.t1.m16384": stable text, used in keys
+  // GPU targets only (ignored, and reset to 0, for CPU targets): threads per block; 0 = 256. On
+  // a GPU target vector_width is the consecutive elements each thread handles (0 = 4: one 128-bit
+  // access per f32 tensor) and tasks_per_thread / min_task are unused (reset to their defaults).
+  int gpu_block = 0;
+  // Stable text used in keys: "v16.t1.m16384" for CPU schedules (unchanged by gpu_block), and
+  // "gpu.v4.b256" for resolved GPU schedules.
+  std::string str() const;
 };
 
 // Everything a caller needs to know to call a compiled kernel.
@@ -57,6 +63,13 @@ struct KernelCall {
   std::vector<double> scalars;  // signature.scalars order
   std::vector<void*> outputs;   // signature.outputs order; normally the same pointer as its input
   int64_t n = 0;
+  // The pointers are CUDA device pointers (CUdeviceptr values). Required by kernels of CUDA
+  // targets (host pointers are rejected: no hidden copies), rejected by CPU kernels. Each must be
+  // 16-byte aligned (cuMemAlloc gives 256) and valid in the CUDA context the Halide runtime
+  // uses: today its own context on device 0 (HL_GPU_DEVICE), created at the first call. The
+  // launch is asynchronous (that context's default stream): synchronize before reading results.
+  // Untested on a GPU so far (no device in CI).
+  bool device = false;
 };
 
 class Kernel {
@@ -65,18 +78,23 @@ class Kernel {
   virtual const KernelSignature& signature() const = 0;
   virtual const std::string& key() const = 0;   // hex key (graph hash + schedule + target)
   virtual const std::string& name() const = 0;  // the graph's name, for messages
-  // Runs the kernel. Checks pointer count and n >= 0; data validity is the caller's contract.
+  // Runs the kernel. Checks pointer count, n >= 0, and KernelCall::device against the target (and
+  // the alignment of device pointers); data validity is the caller's contract.
   virtual void run(const KernelCall& call) const = 0;
 };
 
 struct EngineOptions {
   std::string target = "host";  // "host" or any Halide target string, e.g. "x86-64-linux-avx2"
   int num_threads = 0;          // worker threads for kernels; 0 = hardware concurrency
-  Schedule schedule;            // default CPU schedule
+  Schedule schedule;            // default schedule (CPU or GPU fields by target)
   // Persistent compile cache (include/optfuse/cache.h): "" = none (memory only); otherwise a
   // directory, e.g. optfuse::default_cache_dir(). Lookups go memory -> disk -> compile.
   std::string cache_dir;
   uint64_t cache_max_bytes = uint64_t{1} << 30;  // LRU size cap of that directory
+  // Compile only (precompile(), precompile_runtime(), kernel_key(), lowered_stmt()); kernel()
+  // throws. Without it, an engine for a CUDA target checks at creation that a CUDA driver and
+  // device are usable and throws Error saying why not; a compile-only engine needs neither.
+  bool compile_only = false;
 };
 
 struct EngineCounters {
@@ -122,6 +140,8 @@ std::string signature_text(const KernelSignature& s);
 
 class Engine {
  public:
+  // Throws Error for an invalid target, and for a CUDA target ("host-cuda", ...) without a usable
+  // CUDA driver and device unless options.compile_only.
   explicit Engine(EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;

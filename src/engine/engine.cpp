@@ -9,6 +9,7 @@
 
 #include "engine/kernel_impl.h"
 #include "engine/key.h"
+#include "jit/cuda_driver.h"
 #include "jit/halide_bridge.h"
 #include "jit/session.h"
 #include "lower/signature.h"
@@ -104,7 +105,7 @@ struct Engine::Impl {
     if (session) return *session;
     bool found = false;
     std::vector<char> runtime = runtime_locked(&found);
-    session = jit::Session::create(runtime, num_threads);
+    session = jit::Session::create(runtime, num_threads, jit::target_uses_cuda(target));
     return *session;
   }
 
@@ -116,6 +117,9 @@ struct Engine::Impl {
 Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->target = jit::resolve_target(options.target);
   impl_->num_threads = resolve_threads(options.num_threads);
+  // Here, not at the first kernel() or step: a CUDA engine without a device fails early, clearly.
+  if (!options.compile_only && jit::target_uses_cuda(impl_->target))
+    jit::require_cuda_device(impl_->target);
   impl_->options = std::move(options);
   if (!impl_->options.cache_dir.empty()) {
     CacheOptions co;
@@ -132,6 +136,10 @@ std::shared_ptr<const Kernel> Engine::kernel(const Graph& g) {
 }
 
 std::shared_ptr<const Kernel> Engine::kernel(const Graph& g, const Schedule& schedule) {
+  if (impl_->options.compile_only)
+    throw Error("engine for target " + impl_->target +
+                " is compile-only (EngineOptions::compile_only): it cannot load kernel \"" +
+                g.name() + "\"; use precompile()");
   Graph canonical = canonicalize(g);
   Schedule resolved = jit::resolve_schedule(schedule, impl_->target);
   std::string key = impl_->key_of(canonical, resolved);
@@ -156,7 +164,8 @@ std::shared_ptr<const Kernel> Engine::kernel(const Graph& g, const Schedule& sch
   // runtime compile.
   jit::ArgvFn fn = impl_->session_locked().load_kernel(obj, fn_name);
   auto kernel = std::make_shared<KernelImpl>(std::move(sig), key, g.name(), resolved,
-                                             impl_->session, fn);
+                                             impl_->session, fn,
+                                             impl_->session->cuda_device_interface());
   impl_->table.emplace(key, kernel);
   return kernel;
 }

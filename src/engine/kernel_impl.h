@@ -14,9 +14,11 @@ class KernelImpl final : public Kernel {
   // Largest tensor or scalar count a kernel may have: call arguments live on the stack.
   static constexpr size_t kMaxTensors = 64, kMaxScalars = 64;
 
-  // Throws Error if the signature exceeds kMaxTensors / kMaxScalars.
+  // Throws Error if the signature exceeds kMaxTensors / kMaxScalars. `device_interface`: the CUDA
+  // device interface for kernels of CUDA targets (calls then take device pointers), else null.
   KernelImpl(KernelSignature signature, std::string key, std::string name, Schedule resolved,
-             std::shared_ptr<jit::Session> session, jit::ArgvFn fn);
+             std::shared_ptr<jit::Session> session, jit::ArgvFn fn,
+             const halide_device_interface_t* device_interface = nullptr);
 
   const KernelSignature& signature() const override { return signature_; }
   const std::string& key() const override { return key_; }
@@ -27,6 +29,7 @@ class KernelImpl final : public Kernel {
   const Schedule& schedule() const { return schedule_; }
   const std::shared_ptr<jit::Session>& session() const { return session_; }
   jit::ArgvFn entry() const { return fn_; }
+  bool on_device() const { return device_interface_ != nullptr; }
 
   // The parallel task size for `n` elements: few large tasks (see Schedule), a whole number of
   // vectors.
@@ -49,6 +52,7 @@ class KernelImpl final : public Kernel {
   Schedule schedule_;
   std::shared_ptr<jit::Session> session_;
   jit::ArgvFn fn_;
+  const halide_device_interface_t* device_interface_;
 };
 
 }  // namespace optfuse::engine_detail

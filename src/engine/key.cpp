@@ -9,6 +9,8 @@
 namespace optfuse {
 
 std::string Schedule::str() const {
+  if (gpu_block > 0)
+    return "gpu.v" + std::to_string(vector_width) + ".b" + std::to_string(gpu_block);
   return "v" + std::to_string(vector_width) + ".t" + std::to_string(tasks_per_thread) + ".m" +
          std::to_string(min_task);
 }

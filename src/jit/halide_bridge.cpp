@@ -76,6 +76,10 @@ std::string resolve_target(const std::string& target) {
   return Halide::Target(target).to_string();
 }
 
+bool target_uses_cuda(const std::string& target) {
+  return halide_target(target).has_feature(Halide::Target::CUDA);
+}
+
 Schedule resolve_schedule(const Schedule& s, const std::string& target) {
   return lower::resolve_schedule(s, halide_target(target));
 }

@@ -12,6 +12,9 @@ namespace optfuse::jit {
 // Returns the target's canonical text; throws Error naming `target` otherwise.
 std::string resolve_target(const std::string& target);
 
+// Whether resolved target `target` runs kernels on a CUDA device.
+bool target_uses_cuda(const std::string& target);
+
 // `s` with defaults filled in for `target` (vector_width 0 -> twice the natural f32 width).
 Schedule resolve_schedule(const Schedule& s, const std::string& target);
 

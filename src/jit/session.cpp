@@ -29,7 +29,8 @@ using ErrorHandler = void (*)(void*, const char*);
 Session::Session(std::unique_ptr<Jit> jit, int num_threads)
     : jit_(std::move(jit)), num_threads_(num_threads) {}
 
-std::shared_ptr<Session> Session::create(const std::vector<char>& runtime_object, int num_threads) {
+std::shared_ptr<Session> Session::create(const std::vector<char>& runtime_object, int num_threads,
+                                         bool cuda) {
   auto jit = Jit::create();
   jit->add_object(runtime_object, "halide_runtime.o");
   auto set_num_threads = reinterpret_cast<int (*)(int)>(jit->lookup("halide_set_num_threads"));
@@ -41,6 +42,12 @@ std::shared_ptr<Session> Session::create(const std::vector<char>& runtime_object
   set_error_handler(&capture_halide_error);
   std::shared_ptr<Session> session(new Session(std::move(jit), num_threads));
   session->shutdown_thread_pool_ = shutdown;
+  if (cuda) {
+    // A plain accessor: it touches no driver state (the context is made at the first call).
+    auto interface = reinterpret_cast<const halide_device_interface_t* (*)()>(
+        session->jit_->lookup("halide_cuda_device_interface"));
+    session->cuda_interface_ = interface();
+  }
   return session;
 }
 
@@ -52,6 +59,11 @@ ArgvFn Session::load_kernel(const std::vector<char>& object, const std::string& 
   std::lock_guard<std::mutex> lock(mutex_);
   jit_->add_object(object, fn_name + ".o");
   return reinterpret_cast<ArgvFn>(jit_->lookup(fn_name + "_argv"));
+}
+
+void* Session::lookup(const std::string& symbol) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return jit_->lookup(symbol);
 }
 
 void Session::call(ArgvFn fn, void** args, const std::string& kernel) {

@@ -9,6 +9,8 @@
 
 #include "jit/jit.h"
 
+struct halide_device_interface_t;  // HalideRuntime.h
+
 namespace optfuse::jit {
 
 using ArgvFn = int (*)(void** args);
@@ -16,8 +18,10 @@ using ArgvFn = int (*)(void** args);
 class Session {
  public:
   // Loads `runtime_object` (compile_runtime_object()) and sets its thread count and error handler
-  // before any kernel runs. Throws Error.
-  static std::shared_ptr<Session> create(const std::vector<char>& runtime_object, int num_threads);
+  // before any kernel runs; `cuda`: the runtime is a CUDA target's (cuda_device_interface()).
+  // Throws Error.
+  static std::shared_ptr<Session> create(const std::vector<char>& runtime_object, int num_threads,
+                                         bool cuda = false);
   // Shuts the runtime's thread pool down before the JIT frees the code its workers run.
   ~Session();
   Session(const Session&) = delete;
@@ -26,11 +30,17 @@ class Session {
   // Loads a kernel object and returns its `fn_name`_argv entry point. Thread-safe.
   ArgvFn load_kernel(const std::vector<char>& object, const std::string& fn_name);
 
+  // The address of a symbol of the loaded runtime or kernels (e.g. "halide_device_malloc", for
+  // tests that need the runtime's own CUDA context). Thread-safe; throws Error if absent.
+  void* lookup(const std::string& symbol);
+
   // Calls `fn` with `args` (args[0] is filled in here: the user context). If the kernel fails,
   // throws Error naming `kernel` with the runtime's message.
   static void call(ArgvFn fn, void** args, const std::string& kernel);
 
   int num_threads() const { return num_threads_; }
+  // The loaded runtime's halide_cuda_device_interface(); null unless created with `cuda`.
+  const halide_device_interface_t* cuda_device_interface() const { return cuda_interface_; }
 
  private:
   Session(std::unique_ptr<Jit> jit, int num_threads);
@@ -39,6 +49,7 @@ class Session {
   std::unique_ptr<Jit> jit_;
   int num_threads_;
   void (*shutdown_thread_pool_)() = nullptr;
+  const halide_device_interface_t* cuda_interface_ = nullptr;
 };
 
 }  // namespace optfuse::jit

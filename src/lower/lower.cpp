@@ -48,6 +48,7 @@ class PipelineBuilder {
     std::vector<Expr> outputs;
     for (const Output& o : sorted_outputs()) outputs.push_back(operand(o.value));
     define(funcs_.out, {funcs_.x}, outputs);
+    funcs_.inputs = inputs_;
     apply_schedule(funcs_, s, target);
     return Lowered{Halide::Pipeline(funcs_.out), arguments()};
   }
@@ -147,7 +148,7 @@ class PipelineBuilder {
   std::vector<Halide::Param<>> scalars_;
   std::vector<NodeId> uniform_ids_;  // uniforms Func element i computes node uniform_ids_[i]
   Halide::Param<int32_t> chunk_{"chunk"};
-  PipelineFuncs funcs_{Func("out"), Func(), Func(), Halide::Var("x"), chunk_};
+  PipelineFuncs funcs_{Func("out"), Func(), Func(), Halide::Var("x"), chunk_, {}};
 };
 
 }  // namespace
@@ -169,6 +170,14 @@ Halide::Type halide_type(DType t) {
 }
 
 Schedule resolve_schedule(Schedule s, const Halide::Target& target) {
+  if (target.has_gpu_feature()) {
+    // Fields the GPU schedule does not read are reset, so they never split keys.
+    Schedule gpu;
+    gpu.vector_width = s.vector_width > 0 ? s.vector_width : kGpuVectorWidth;
+    gpu.gpu_block = s.gpu_block > 0 ? s.gpu_block : kGpuBlock;
+    return gpu;
+  }
+  s.gpu_block = 0;  // CPU keys do not depend on a GPU-only field
   if (s.vector_width <= 0) s.vector_width = 2 * target.natural_vector_size(Halide::Float(32));
   s.tasks_per_thread = std::max(s.tasks_per_thread, 1);
   s.min_task = std::max<int64_t>(s.min_task, 1);

@@ -6,15 +6,17 @@
 // The pipeline, for a canonical graph with tensor inputs I, scalars S and outputs O:
 //   * every tensor input is an ImageParam(type, 1): flat, 1-D, stride 1;
 //   * every scalar is a Param of its dtype: values are call arguments, never compiled in;
-//   * `uniforms()`: a 0-D Func computed once per call (compute_root) holding, as a Tuple, every
-//     maximal scalar/constant-only subexpression that a tensor expression uses;
+//   * `uniforms()`: a 0-D Func holding, as a Tuple, every maximal scalar/constant-only
+//     subexpression that a tensor expression uses; computed once per call (compute_root) on CPU
+//     targets, inlined into the kernel on GPU targets (schedule.cpp says why);
 //   * `load(x)`: a Tuple of every tensor input at x, computed per vector before any output is
 //     stored, so in-place updates (output buffer == input buffer) never read a stored value;
 //   * `out(x)`: ONE Func returning a Tuple of all outputs, in canonical output order (sorted by
 //     the input they replace): p', m', v' come out of one loop.
 // Halide argument order (the `_argv` entry point): [user_context, inputs..., scalars..., chunk,
 // outputs...]. Halide always appends output buffers after the explicit arguments; `chunk` is the
-// runtime task size in elements (a multiple of the vector width), computed per call.
+// runtime task size in elements (a multiple of the vector width), computed per call. `chunk` is
+// CPU-only, but GPU kernels take it too (and ignore it), so every target has the same argv layout.
 #include <Halide.h>
 
 #include <vector>
@@ -25,7 +27,12 @@ namespace optfuse::lower {
 
 Halide::Type halide_type(DType t);
 
-// `s` with vector_width 0 replaced by its value for `target` (twice the natural f32 width).
+// GPU schedule defaults: elements per thread (one 128-bit f32 access) and threads per block.
+constexpr int kGpuVectorWidth = 4, kGpuBlock = 256;
+
+// `s` with defaults filled in for `target`: on CPU targets vector_width 0 becomes twice the
+// natural f32 width and gpu_block is reset to 0; on GPU targets vector_width 0 becomes
+// kGpuVectorWidth, gpu_block 0 becomes kGpuBlock and the CPU-only fields get their defaults.
 Schedule resolve_schedule(Schedule s, const Halide::Target& target);
 
 struct Lowered {

@@ -1,13 +1,16 @@
 #include "lower/schedule.h"
 
+#include <algorithm>
+
 #include "optfuse/error.h"
 
 namespace optfuse::lower {
 
 void apply_schedule(PipelineFuncs& f, const Schedule& s, const Halide::Target& target) {
+  if (target.has_feature(Halide::Target::CUDA)) return apply_cuda_schedule(f, s);
   if (target.has_gpu_feature())
     throw Error("target " + target.to_string() +
-                ": GPU schedules are not implemented yet (use a CPU target such as \"host\")");
+                ": only the CUDA GPU backend is supported (use \"host-cuda\" or a CPU target)");
   apply_cpu_schedule(f, s);
 }
 
@@ -26,6 +29,44 @@ void apply_cpu_schedule(PipelineFuncs& f, const Schedule& s) {
   if (f.load.defined()) f.load.compute_at(f.out, xv);
   // Scalar-only subexpressions: once per call, outside the parallel loop.
   if (f.uniforms.defined()) f.uniforms.compute_root();
+}
+
+void apply_cuda_schedule(PipelineFuncs& f, const Schedule& s) {
+  using Halide::TailStrategy;
+  Halide::Var xt("xt"), xv("xv"), bx("bx"), tx("tx");
+  // Thread t of the grid handles elements [t*vw, t*vw + vw): one vw-lane vector per tensor (4 f32
+  // lanes: ld.global.v4.f32; Halide 14 + LLVM 14 store them as two st.global.u64, see
+  // src/lower/README.md). The grid is ceil(n / (gpu_block * vw)) blocks, derived from the
+  // output extent at each call, so any n is covered. Both splits guard their tail (GuardWithIf):
+  // threads past the end do nothing and the last vector is predicated; no element is computed
+  // twice (ShiftInwards would, breaking in-place updates) and no memory past n is touched.
+  f.out.split(f.x, xt, xv, s.vector_width, TailStrategy::GuardWithIf)
+      .vectorize(xv)
+      .gpu_tile(xt, bx, tx, s.gpu_block, TailStrategy::GuardWithIf);
+  // Each thread loads all of its inputs before it stores any output; threads never share
+  // elements, so in-place updates stay safe.
+  if (f.load.defined()) f.load.compute_at(f.out, xv);
+  // 128-bit accesses need an alignment the kernel can prove: every buffer starts at element 0
+  // (Kernel::run builds them so; this removes the min differences from every index) and its data
+  // at a multiple of one vector (capped at 16 bytes; cuMemAlloc gives 256). Without this, LLVM
+  // NVPTX splits each vector into scalar ld.global.f32. Halide asserts the host pointer's
+  // alignment; Kernel::run checks device pointers. (The min can only be set on the first output
+  // buffer: Halide gives the others the same.)
+  auto constrain = [&](Halide::OutputImageParam b, bool set_min) {
+    int bytes = b.type().bytes() * s.vector_width;
+    int align = 1;
+    while (align < 16 && bytes % (2 * align) == 0) align *= 2;
+    if (set_min) b.dim(0).set_min(0);
+    b.set_host_alignment(std::max(align, b.type().bytes()));
+  };
+  for (Halide::ImageParam& in : f.inputs) constrain(in, true);
+  std::vector<Halide::OutputImageParam> outs = f.out.output_buffers();
+  for (size_t i = 0; i < outs.size(); ++i) constrain(outs[i], i == 0);
+  // Scalar-only subexpressions are inlined into the kernel (uniforms is left compute_inline), so
+  // each thread recomputes them from the scalar Params, which Halide passes to the kernel by
+  // value. compute_root would compute them on the host into a buffer that Halide then copies to
+  // the device on every call (a hidden host->device copy and a synchronization per step);
+  // per-thread scalar math is free on a kernel that is bound by memory bandwidth.
 }
 
 }  // namespace optfuse::lower

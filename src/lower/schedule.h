@@ -2,6 +2,8 @@
 // Schedules for the lowered pipeline (internal; includes Halide.h — src/lower and src/jit only).
 #include <Halide.h>
 
+#include <vector>
+
 #include "optfuse/engine.h"
 
 namespace optfuse::lower {
@@ -12,10 +14,11 @@ struct PipelineFuncs {
   Halide::Func out, load, uniforms;
   Halide::Var x;
   Halide::Expr chunk;  // runtime task size in elements, a multiple of the vector width
+  std::vector<Halide::ImageParam> inputs;  // the tensor inputs (handles: constraints apply)
 };
 
-// The branch point between targets: CPU targets get apply_cpu_schedule; GPU targets (cuda, ...)
-// will get a gpu_tile schedule here and throw Error until then.
+// The branch point between targets: CUDA targets get apply_cuda_schedule, CPU targets
+// apply_cpu_schedule; other GPU APIs (OpenCL, Metal, ...) throw Error.
 void apply_schedule(PipelineFuncs& f, const Schedule& s, const Halide::Target& target);
 
 // Parallel chunks of `chunk` elements (few large tasks: Halide's pool costs ~0.1 us per task and
@@ -23,5 +26,10 @@ void apply_schedule(PipelineFuncs& f, const Schedule& s, const Halide::Target& t
 // the end is predicated (GuardWithIf: in-place updates must not recompute an element, as
 // ShiftInwards would, nor touch memory past n, as RoundUp would).
 void apply_cpu_schedule(PipelineFuncs& f, const Schedule& s);
+
+// One CUDA kernel: each thread handles `vector_width` consecutive elements as one vector (128-bit
+// global loads/stores for f32), gpu_tile'd in blocks of `gpu_block` threads over a grid that
+// covers any n; tails guarded (GuardWithIf). `uniforms` is inlined, `chunk` unused (see .cpp).
+void apply_cuda_schedule(PipelineFuncs& f, const Schedule& s);
 
 }  // namespace optfuse::lower

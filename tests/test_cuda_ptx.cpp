@@ -1,0 +1,331 @@
+// CUDA target without a GPU: every library optimizer structure compiles for CUDA, the PTX Halide
+// embeds in the object has one kernel entry with 128-bit (v4) global loads and stores and is
+// accepted by ptxas for sm_80 and sm_90; an engine that would run CUDA kernels on a machine
+// without a driver/device fails at creation with a clear Error; compile-only engines and the disk
+// cache work without one. Tests that need a device skip with "no CUDA device".
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <HalideRuntime.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/kernel_impl.h"
+#include "jit/cuda_driver.h"
+#include "jit/halide_bridge.h"
+#include "jit/ptx.h"
+#include "optfuse/optfuse.hpp"
+
+namespace optfuse {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kTarget = "host-cuda-cuda_capability_80";
+
+struct Structure {
+  const char* label;
+  Options config;
+};
+
+// Every structure the library optimizers produce (hyperparameter values do not change it).
+std::vector<Structure> structures() {
+  return {
+      {"sgd", {{"type", "sgd"}, {"lr", 0.1}}},
+      {"sgd_momentum", {{"type", "sgd"}, {"lr", 0.1}, {"momentum", 0.9}}},
+      {"sgd_nesterov",
+       {{"type", "sgd"}, {"lr", 0.1}, {"momentum", 0.9}, {"nesterov", true}}},
+      {"adam", {{"type", "adam"}}},
+      {"adam_amsgrad", {{"type", "adam"}, {"amsgrad", true}}},
+      {"adamw", {{"type", "adamw"}}},
+      {"adamw_amsgrad", {{"type", "adamw"}, {"amsgrad", true}}},
+  };
+}
+
+std::vector<char> cuda_object(const Graph& g, const std::string& target = kTarget) {
+  std::string resolved = jit::resolve_target(target);
+  return jit::compile_kernel_object(canonicalize(g), jit::resolve_schedule(Schedule{}, resolved),
+                                    resolved, "optfuse_cuda_test");
+}
+
+// /usr/local/cuda/bin/ptxas, else ptxas on PATH; "" if neither.
+std::string find_ptxas() {
+  if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0) return "/usr/local/cuda/bin/ptxas";
+  if (std::system("command -v ptxas > /dev/null 2>&1") == 0) return "ptxas";
+  return "";
+}
+
+// Runs ptxas on `ptx` for `arch`; returns "" on success, else its output.
+std::string ptxas(const std::string& tool, const std::string& ptx, const std::string& arch,
+                  const std::string& label) {
+  fs::path dir = fs::temp_directory_path() / ("optfuse-ptx-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  fs::path in = dir / (label + ".ptx"), out = dir / (label + "." + arch + ".cubin"),
+           log = dir / (label + "." + arch + ".log");
+  std::ofstream(in) << ptx;
+  std::string cmd = tool + " -arch=" + arch + " " + in.string() + " -o " + out.string() + " > " +
+                    log.string() + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream l(log);
+  std::string text((std::istreambuf_iterator<char>(l)), {});
+  fs::remove_all(dir);
+  return rc == 0 ? "" : "ptxas -arch=" + arch + " failed (" + std::to_string(rc) + "): " + text;
+}
+
+TEST(CudaPtx, EveryOptimizerStructureCompilesToVectorizedPtx) {
+  std::string tool = find_ptxas();
+  for (const Structure& s : structures()) {
+    SCOPED_TRACE(s.label);
+    std::vector<std::string> ptx = jit::extract_ptx(cuda_object(update_graph(s.config)));
+    ASSERT_EQ(ptx.size(), 1u);
+    const std::string& text = ptx[0];
+    EXPECT_THAT(text, HasSubstr(".target sm_80"));
+    EXPECT_THAT(text, HasSubstr(".entry"));
+    EXPECT_THAT(text, HasSubstr("ld.global.v4.f32"));  // 128-bit loads of every f32 input
+    // Stores: Halide 14 emits a 4 x f32 store as one i128 store (CodeGen_PTX_Dev), which LLVM
+    // 14's NVPTX backend splits into two st.global.u64 (i128 is not a legal type there): 16
+    // bytes per thread in two 64-bit stores, never a scalar 32-bit global store.
+    EXPECT_THAT(text, ::testing::AnyOf(HasSubstr("st.global.v4.f32"), HasSubstr("st.global.u64")));
+    EXPECT_THAT(text, Not(HasSubstr("st.global.f32")));
+    EXPECT_THAT(text, Not(HasSubstr("ld.global.f32")));
+    if (tool.empty()) continue;
+    EXPECT_EQ(ptxas(tool, text, "sm_80", s.label), "");
+    EXPECT_EQ(ptxas(tool, text, "sm_90", s.label), "");
+  }
+  if (tool.empty())
+    GTEST_SKIP() << "ptxas not found (/usr/local/cuda/bin/ptxas or PATH): PTX checked, not "
+                    "assembled";
+}
+
+TEST(CudaPtx, PlainCudaTargetAssembles) {
+  // "host-cuda" without a capability: Halide emits PTX 3.2 for sm_20, which ptxas still takes.
+  std::string text = jit::extract_ptx(cuda_object(update_graph({{"type", "adam"}}), "host-cuda"))[0];
+  EXPECT_THAT(text, HasSubstr(".target sm_20"));
+  EXPECT_THAT(text, HasSubstr("ld.global.v4.f32"));
+  std::string tool = find_ptxas();
+  if (tool.empty()) GTEST_SKIP() << "ptxas not found (/usr/local/cuda/bin/ptxas or PATH)";
+  EXPECT_EQ(ptxas(tool, text, "sm_90", "plain"), "");
+}
+
+TEST(CudaPtx, OneKernelEntryPerGraph) {
+  std::string text = jit::extract_ptx(cuda_object(update_graph({{"type", "adamw"}})))[0];
+  size_t entries = 0;
+  for (size_t at = text.find(".entry"); at != std::string::npos; at = text.find(".entry", at + 1))
+    ++entries;
+  EXPECT_EQ(entries, 1u);  // all outputs in one kernel, the uniforms inlined (no host stage)
+}
+
+TEST(CudaPtx, CpuObjectsHoldNoPtx) {
+  std::string resolved = jit::resolve_target("host");
+  std::vector<char> obj = jit::compile_kernel_object(
+      canonicalize(update_graph({{"type", "sgd"}, {"lr", 0.1}})),
+      jit::resolve_schedule(Schedule{}, resolved), resolved, "optfuse_cpu_test");
+  EXPECT_TRUE(jit::extract_ptx(obj).empty());
+}
+
+TEST(CudaPtx, ExtractorFindsTheNulTerminatedModule) {
+  std::string ptx = "//\n// Generated by LLVM NVPTX Back-End\n//\n\n.version 7.0\n.target sm_80\n";
+  std::string blob = std::string("\x7f" "ELF junk .version 1\0", 21) + ptx + std::string(1, '\0') +
+                     "trailing .version 2";
+  std::vector<std::string> found = jit::extract_ptx(std::vector<char>(blob.begin(), blob.end()));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0], ptx);
+}
+
+TEST(CudaSchedule, GpuKeysAndCpuKeysAreIndependent) {
+  Schedule gpu = jit::resolve_schedule(Schedule{}, jit::resolve_target(kTarget));
+  EXPECT_EQ(gpu.str(), "gpu.v4.b256");
+  Schedule odd;
+  odd.tasks_per_thread = 7;  // a CPU-only field: no new GPU key
+  EXPECT_EQ(jit::resolve_schedule(odd, jit::resolve_target(kTarget)).str(), "gpu.v4.b256");
+  Schedule cpu;
+  cpu.gpu_block = 128;  // a GPU-only field: CPU keys unchanged
+  EXPECT_EQ(jit::resolve_schedule(cpu, jit::resolve_target("x86-64-linux-avx2")).str(),
+            jit::resolve_schedule(Schedule{}, jit::resolve_target("x86-64-linux-avx2")).str());
+  EXPECT_EQ(jit::resolve_schedule(Schedule{}, jit::resolve_target("x86-64-linux-avx2")).str(),
+            "v16.t1.m16384");
+}
+
+TEST(CudaSchedule, BlockSizeIsAScheduleField) {
+  EngineOptions o;
+  o.target = kTarget;
+  o.compile_only = true;
+  o.schedule.gpu_block = 128;
+  Engine e(o);
+  Graph g = update_graph({{"type", "sgd"}, {"lr", 0.1}});
+  EXPECT_NE(e.kernel_key(g), Engine([&] { o.schedule.gpu_block = 0; return o; }()).kernel_key(g));
+  std::string stmt = e.lowered_stmt(g);
+  EXPECT_THAT(stmt, HasSubstr("halide_cuda_run"));
+  EXPECT_THAT(stmt, HasSubstr(", 128, 1, 1,"));  // threads per block
+  EXPECT_THAT(stmt, HasSubstr(".extent.0 + 511)/512"));  // blocks: ceil(n / (128 * 4)), any n
+  EXPECT_THAT(stmt, Not(HasSubstr("uniforms")));  // inlined: no host stage, no copy
+  EXPECT_FALSE(e.precompile(g));
+}
+
+TEST(CudaEngine, CompileOnlyEngineCachesObjectsWithoutADevice) {
+  fs::path dir = fs::temp_directory_path() / ("optfuse-cuda-cache-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  Graph g = update_graph({{"type", "adam"}});
+  for (const std::string& target : std::vector<std::string>{"host-cuda", kTarget}) {
+    SCOPED_TRACE(target);
+    EngineOptions o;
+    o.target = target;
+    o.compile_only = true;
+    o.cache_dir = dir.string();
+    {
+      Engine e(o);
+      EXPECT_FALSE(e.precompile(g));  // compiled and stored
+      EXPECT_FALSE(e.precompile_runtime());
+      EXPECT_THAT([&] { e.kernel(g); },
+                  ::testing::ThrowsMessage<Error>(HasSubstr("compile-only")));
+    }
+    Engine again(o);
+    EXPECT_TRUE(again.precompile(g));  // from the disk cache
+    EXPECT_TRUE(again.precompile_runtime());
+    EXPECT_EQ(again.counters().compiles, 0);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(CudaEngine, CreationWithoutADeviceIsAClearError) {
+  if (jit::cuda_device_problem().empty()) GTEST_SKIP() << "a CUDA device is present";
+  for (const std::string& target : std::vector<std::string>{"host-cuda", kTarget}) {
+    EngineOptions o;
+    o.target = target;
+    EXPECT_THAT([&] { Engine e(o); },
+                ::testing::ThrowsMessage<Error>(AllOf(
+                    HasSubstr("target " + jit::resolve_target(target) + ": "),
+                    ::testing::AnyOf(HasSubstr("no CUDA driver found (libcuda.so.1 could not be "
+                                               "loaded)"),
+                                     HasSubstr("no CUDA device")))));
+  }
+}
+
+TEST(CudaCall, CpuKernelsRejectDevicePointers) {
+  Engine e;
+  auto k = e.kernel(update_graph({{"type", "sgd"}, {"lr", 0.1}}));
+  std::vector<float> p(8), g(8);
+  KernelCall call{{p.data(), g.data()}, {1.0, 0.1, 0.0}, {p.data()}, 8};
+  call.scalars.resize(k->signature().scalars.size(), 0.0);
+  k->run(call);
+  call.device = true;
+  EXPECT_THAT([&] { k->run(call); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("runs on the CPU: its call needs host "
+                                                        "pointers")));
+}
+
+// A kernel that says it runs on CUDA (the device interface is never reached: check() throws).
+std::shared_ptr<engine_detail::KernelImpl> fake_cuda_kernel(Engine& e) {
+  auto k = std::dynamic_pointer_cast<const engine_detail::KernelImpl>(
+      e.kernel(update_graph({{"type", "sgd"}, {"lr", 0.1}})));
+  static int not_an_interface;
+  return std::make_shared<engine_detail::KernelImpl>(
+      k->signature(), k->key(), "fake_cuda", k->schedule(), k->session(), k->entry(),
+      reinterpret_cast<const halide_device_interface_t*>(&not_an_interface));
+}
+
+TEST(CudaCall, CudaKernelsRejectHostPointers) {
+  Engine e;
+  auto k = fake_cuda_kernel(e);
+  EXPECT_TRUE(k->on_device());
+  alignas(16) float p[8] = {}, g[8] = {};
+  KernelCall call{{p, g}, std::vector<double>(k->signature().scalars.size(), 0.0), {p}, 8};
+  EXPECT_THAT([&] { k->run(call); },
+              ::testing::ThrowsMessage<Error>(AllOf(
+                  HasSubstr("\"fake_cuda\" runs on a CUDA device"),
+                  HasSubstr("host pointers are not accepted"))));
+}
+
+TEST(CudaCall, DevicePointersMustBeAligned) {
+  Engine e;
+  auto k = fake_cuda_kernel(e);
+  alignas(16) float p[12] = {}, g[12] = {};
+  KernelCall call{{p + 1, g}, std::vector<double>(k->signature().scalars.size(), 0.0), {p + 1}, 8};
+  call.device = true;  // (host memory standing in for device pointers: only checked here)
+  EXPECT_THAT([&] { k->run(call); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("is not 16-byte aligned")));
+}
+
+// Device memory for `host` in the Halide runtime's own CUDA context (the one kernels run in).
+class DeviceArray {
+ public:
+  using Fn = int (*)(void*, halide_buffer_t*, const halide_device_interface_t*);
+  using Fn1 = int (*)(void*, halide_buffer_t*);
+  DeviceArray(jit::Session& s, const halide_device_interface_t* cuda, std::vector<float>& host)
+      : s_(s), dim_{0, static_cast<int32_t>(host.size()), 1, 0} {
+    b_.host = reinterpret_cast<uint8_t*>(host.data());
+    b_.type = halide_type_t(halide_type_float, 32);
+    b_.dimensions = 1;
+    b_.dim = &dim_;
+    EXPECT_EQ(reinterpret_cast<Fn>(s_.lookup("halide_device_malloc"))(nullptr, &b_, cuda), 0);
+    b_.flags |= halide_buffer_flag_host_dirty;
+    EXPECT_EQ(reinterpret_cast<Fn>(s_.lookup("halide_copy_to_device"))(nullptr, &b_, cuda), 0);
+  }
+  ~DeviceArray() { reinterpret_cast<Fn1>(s_.lookup("halide_device_free"))(nullptr, &b_); }
+  void* device() { return reinterpret_cast<void*>(b_.device); }
+  void to_host() {  // after the kernel wrote it behind Halide's back
+    EXPECT_EQ(reinterpret_cast<Fn1>(s_.lookup("halide_device_sync"))(nullptr, &b_), 0);
+    b_.flags |= halide_buffer_flag_device_dirty;
+    EXPECT_EQ(reinterpret_cast<Fn1>(s_.lookup("halide_copy_to_host"))(nullptr, &b_), 0);
+  }
+
+ private:
+  jit::Session& s_;
+  halide_dimension_t dim_;
+  halide_buffer_t b_{};
+};
+
+TEST(CudaEngine, RunsOnADeviceLikeTheCpu) {
+  std::string problem = jit::cuda_device_problem();
+  if (!problem.empty()) GTEST_SKIP() << "no CUDA device: " << problem;
+  EngineOptions o;
+  o.target = kTarget;
+  Engine gpu(o), cpu;
+  for (const Structure& st : structures()) {
+    SCOPED_TRACE(st.label);
+    Graph g = update_graph(st.config);
+    auto gk = std::dynamic_pointer_cast<const engine_detail::KernelImpl>(gpu.kernel(g));
+    auto ck = cpu.kernel(g);
+    ASSERT_TRUE(gk->on_device());
+    const int64_t n = 1000003;  // not a multiple of 4 or of a block: both tails run
+    std::vector<std::vector<float>> host, ref;
+    for (size_t i = 0; i < gk->signature().inputs.size(); ++i) {
+      std::vector<float> v(n);
+      for (int64_t j = 0; j < n; ++j) v[j] = 0.5f + 0.25f * std::sin(float(j * (i + 1)));
+      host.push_back(v);
+    }
+    ref = host;
+    std::vector<double> scalars(gk->signature().scalars.size());
+    for (size_t i = 0; i < scalars.size(); ++i) scalars[i] = 0.1 * (i + 1);
+    KernelCall c{{}, scalars, {}, n};
+    for (auto& v : ref) c.inputs.push_back(v.data());
+    for (const auto& out : gk->signature().outputs)
+      c.outputs.push_back(c.inputs[gk->signature().input_index(out.replaces)]);
+    ck->run(c);  // in place on the CPU copies
+    std::vector<std::unique_ptr<DeviceArray>> dev;
+    KernelCall d{{}, scalars, {}, n};
+    d.device = true;
+    for (auto& v : host) {
+      dev.push_back(std::make_unique<DeviceArray>(*gk->session(),
+                                                  gk->session()->cuda_device_interface(), v));
+      d.inputs.push_back(dev.back()->device());
+    }
+    for (const auto& out : gk->signature().outputs)
+      d.outputs.push_back(d.inputs[gk->signature().input_index(out.replaces)]);
+    gk->run(d);  // in place on the device
+    for (size_t i = 0; i < host.size(); ++i) {
+      dev[i]->to_host();
+      for (int64_t j = 0; j < n; j += (j < n - 64 ? 997 : 1))
+        ASSERT_NEAR(host[i][j], ref[i][j], 1e-5f * std::max(1.0f, std::fabs(ref[i][j])))
+            << "tensor " << i << " element " << j;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace optfuse
