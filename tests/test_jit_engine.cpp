@@ -170,6 +170,33 @@ TEST(Kernel, CallSizeMismatchNamesKernel) {
   EXPECT_THAT([&] { k->run(null_input); }, ::testing::ThrowsMessage<Error>(HasSubstr("\"g\"")));
 }
 
+// CPU kernels take any float-aligned pointer: tensors are often views at odd offsets into a
+// larger allocation. Every misalignment of a 64-byte line must give the interpreter's result.
+TEST(Kernel, MisalignedViewsAreCorrect) {
+  auto k = engine().kernel(sgd("sgd"));
+  const size_t n = 1003;
+  Tensors in = data({"p", "g"}, n);
+  Tensors want = interpret(sgd("sgd"), in, {{"lr", 0.5}});
+  for (size_t shift = 0; shift < 16; ++shift) {
+    std::vector<float> p(n + 16), g(n + 16);
+    for (size_t i = 0; i < n; ++i) {
+      p[shift + i] = float(in["p"][i]);
+      g[(15 - shift) + i] = float(in["g"][i]);
+    }
+    KernelCall call;
+    call.n = static_cast<int64_t>(n);
+    call.inputs = {p.data() + shift, g.data() + (15 - shift)};
+    call.scalars = {0.5};
+    call.outputs = {p.data() + shift};
+    k->run(call);
+    Tensors got;
+    for (size_t i = 0; i < n; ++i) got["p"].push_back(p[shift + i]);
+    expect_close(got, want, 1e-7);
+    EXPECT_EQ(p[shift + n], 0.0f) << "wrote past the end at shift " << shift;
+    if (shift > 0) EXPECT_EQ(p[shift - 1], 0.0f) << "wrote before the start at shift " << shift;
+  }
+}
+
 TEST(Kernel, ZeroElementsIsANoOp) {
   auto k = engine().kernel(sgd("sgd"));
   KernelCall call{{nullptr, nullptr}, {0.1}, {nullptr}, 0};
