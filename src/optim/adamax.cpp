@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "optfuse/error.h"
-#include "optim/options.h"
+#include "optim/adam_family.h"
 #include "optim/rule.h"
 
 namespace optfuse::optim {
@@ -26,15 +26,7 @@ class Adamax final : public UpdateRule {
   }
 
   void validate(const Options& h, const std::string& where) const override {
-    double lr = number(h, "lr", where), eps = number(h, "eps", where);
-    double wd = number(h, "weight_decay", where);
-    auto [b1, b2] = pair(h, "betas", where);
-    flag(h, "maximize", where);
-    if (lr < 0) throw Error(where + ": Invalid learning rate: " + pyfloat(lr));
-    if (eps < 0) throw Error(where + ": Invalid epsilon value: " + pyfloat(eps));
-    if (b1 < 0 || b1 >= 1) throw Error(where + ": Invalid beta parameter at index 0: " + pyfloat(b1));
-    if (b2 < 0 || b2 >= 1) throw Error(where + ": Invalid beta parameter at index 1: " + pyfloat(b2));
-    if (wd < 0) throw Error(where + ": Invalid weight_decay value: " + pyfloat(wd));
+    validate_adam_like(h, where);
   }
 
   std::string structure(const Options&) const override { return ""; }
@@ -58,12 +50,8 @@ class Adamax final : public UpdateRule {
 
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {
-    double b1 = h.at("betas")[0].get<double>(), b2 = h.at("betas")[1].get<double>();
-    (*out)["grad_sign"] = h.at("maximize").get<bool>() ? -1.0 : 1.0;
-    (*out)["weight_decay"] = h.at("weight_decay").get<double>();
-    (*out)["one_minus_beta1"] = 1.0 - b1;
-    (*out)["beta2"] = b2;
-    (*out)["eps"] = h.at("eps").get<double>();
+    adam_moment_scalars(h, out);
+    double b1 = h.at("betas")[0].get<double>();
     (*out)["clr"] = h.at("lr").get<double>() / (1.0 - std::pow(b1, static_cast<double>(t.step)));
   }
 

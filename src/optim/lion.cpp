@@ -6,7 +6,7 @@
 //   m = beta2 * m + (1 - beta2) * g                          (exp_avg, from zeros)
 // Validation uses torch's wording for the same checks as Adam. One structure.
 #include "optfuse/error.h"
-#include "optim/options.h"
+#include "optim/adam_family.h"
 #include "optim/rule.h"
 
 namespace optfuse::optim {
@@ -21,12 +21,7 @@ class Lion final : public UpdateRule {
   }
 
   void validate(const Options& h, const std::string& where) const override {
-    double lr = number(h, "lr", where), wd = number(h, "weight_decay", where);
-    auto [b1, b2] = pair(h, "betas", where);
-    if (lr < 0) throw Error(where + ": Invalid learning rate: " + pyfloat(lr));
-    if (b1 < 0 || b1 >= 1) throw Error(where + ": Invalid beta parameter at index 0: " + pyfloat(b1));
-    if (b2 < 0 || b2 >= 1) throw Error(where + ": Invalid beta parameter at index 1: " + pyfloat(b2));
-    if (wd < 0) throw Error(where + ": Invalid weight_decay value: " + pyfloat(wd));
+    validate_adam_like(h, where, /*has_eps=*/false);
   }
 
   std::string structure(const Options&) const override { return ""; }

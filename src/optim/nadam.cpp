@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "optfuse/error.h"
+#include "optim/adam_family.h"
 #include "optim/options.h"
 #include "optim/rule.h"
 
@@ -34,16 +35,8 @@ class Nadam final : public UpdateRule {
   }
 
   void validate(const Options& h, const std::string& where) const override {
-    double lr = number(h, "lr", where), eps = number(h, "eps", where);
-    double wd = number(h, "weight_decay", where), md = number(h, "momentum_decay", where);
-    auto [b1, b2] = pair(h, "betas", where);
-    flag(h, "decoupled_weight_decay", where);
-    flag(h, "maximize", where);
-    if (lr < 0) throw Error(where + ": Invalid learning rate: " + pyfloat(lr));
-    if (eps < 0) throw Error(where + ": Invalid epsilon value: " + pyfloat(eps));
-    if (b1 < 0 || b1 >= 1) throw Error(where + ": Invalid beta parameter at index 0: " + pyfloat(b1));
-    if (b2 < 0 || b2 >= 1) throw Error(where + ": Invalid beta parameter at index 1: " + pyfloat(b2));
-    if (wd < 0) throw Error(where + ": Invalid weight_decay value: " + pyfloat(wd));
+    validate_adam_like(h, where);
+    double md = number(h, "momentum_decay", where);
     if (md < 0) throw Error(where + ": Invalid momentum_decay value: " + pyfloat(md));
   }
 
@@ -54,16 +47,8 @@ class Nadam final : public UpdateRule {
   Graph graph(const Options& h) const override {
     bool dec = decoupled(h);
     Graph gr(std::string("nadam") + (dec ? "_decoupled" : ""));
-    Value p = gr.param("param"), m = gr.state("exp_avg"), v = gr.state("exp_avg_sq");
-    Value g = gr.scalar("grad_sign") * gr.grad("grad");
-    if (dec)
-      p = p * gr.scalar("decay");
-    else
-      g = g + gr.scalar("weight_decay") * p;
-    Value m_new = m + gr.scalar("one_minus_beta1") * (g - m);
-    Value v_new = gr.scalar("beta2") * v + gr.scalar("one_minus_beta2") * (g * g);
-    gr.output("exp_avg", m_new);
-    gr.output("exp_avg_sq", v_new);
+    Moments mo = adam_moments(gr, dec);
+    Value p = mo.p, g = mo.g, m_new = mo.m, v_new = mo.v;
     Value denom = sqrt(v_new) * gr.scalar("inv_bias_correction2_sqrt") + gr.scalar("eps");
     Value p_new = p - gr.scalar("grad_step") * (g / denom) - gr.scalar("exp_avg_step") * (m_new / denom);
     gr.output("param", p_new);
@@ -79,7 +64,7 @@ class Nadam final : public UpdateRule {
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {
     if (!t.host || !t.host->count("mu_product")) internal_error("nadam: no mu_product host state");
-    double lr = h.at("lr").get<double>(), wd = h.at("weight_decay").get<double>();
+    double lr = h.at("lr").get<double>();
     double b1 = h.at("betas")[0].get<double>(), b2 = h.at("betas")[1].get<double>();
     double md = h.at("momentum_decay").get<double>();
     double step = static_cast<double>(t.step);
@@ -87,13 +72,7 @@ class Nadam final : public UpdateRule {
     double mu_next = b1 * (1.0 - 0.5 * std::pow(0.96, (step + 1.0) * md));
     double& mu_product = t.host->at("mu_product");
     mu_product *= mu;
-    (*out)["grad_sign"] = h.at("maximize").get<bool>() ? -1.0 : 1.0;
-    (*out)["weight_decay"] = wd;
-    (*out)["decay"] = 1.0 - lr * wd;
-    (*out)["one_minus_beta1"] = 1.0 - b1;
-    (*out)["beta2"] = b2;
-    (*out)["one_minus_beta2"] = 1.0 - b2;
-    (*out)["eps"] = h.at("eps").get<double>();
+    adam_moment_scalars(h, out);
     (*out)["inv_bias_correction2_sqrt"] = 1.0 / std::sqrt(1.0 - std::pow(b2, step));
     (*out)["grad_step"] = lr * (1.0 - mu) / (1.0 - mu_product);
     (*out)["exp_avg_step"] = lr * mu_next / (1.0 - mu_product * mu_next);

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "optfuse/error.h"
+#include "optim/adam_family.h"
 #include "optim/options.h"
 #include "optim/rule.h"
 
@@ -36,16 +37,7 @@ class Radam final : public UpdateRule {
   }
 
   void validate(const Options& h, const std::string& where) const override {
-    double lr = number(h, "lr", where), eps = number(h, "eps", where);
-    double wd = number(h, "weight_decay", where);
-    auto [b1, b2] = pair(h, "betas", where);
-    flag(h, "decoupled_weight_decay", where);
-    flag(h, "maximize", where);
-    if (lr < 0) throw Error(where + ": Invalid learning rate: " + pyfloat(lr));
-    if (eps < 0) throw Error(where + ": Invalid epsilon value: " + pyfloat(eps));
-    if (b1 < 0 || b1 >= 1) throw Error(where + ": Invalid beta parameter at index 0: " + pyfloat(b1));
-    if (b2 < 0 || b2 >= 1) throw Error(where + ": Invalid beta parameter at index 1: " + pyfloat(b2));
-    if (wd < 0) throw Error(where + ": Invalid weight_decay value: " + pyfloat(wd));
+    validate_adam_like(h, where);
   }
 
   std::string structure(const Options& h) const override {
@@ -55,16 +47,8 @@ class Radam final : public UpdateRule {
   Graph graph(const Options& h) const override {
     bool dec = decoupled(h);
     Graph gr(std::string("radam") + (dec ? "_decoupled" : ""));
-    Value p = gr.param("param"), m = gr.state("exp_avg"), v = gr.state("exp_avg_sq");
-    Value g = gr.scalar("grad_sign") * gr.grad("grad");
-    if (dec)
-      p = p * gr.scalar("decay");
-    else
-      g = g + gr.scalar("weight_decay") * p;
-    Value m_new = m + gr.scalar("one_minus_beta1") * (g - m);
-    Value v_new = gr.scalar("beta2") * v + gr.scalar("one_minus_beta2") * (g * g);
-    gr.output("exp_avg", m_new);
-    gr.output("exp_avg_sq", v_new);
+    Moments mo = adam_moments(gr, dec);
+    Value p = mo.p, m_new = mo.m, v_new = mo.v;
     Value rectified = m_new / (sqrt(v_new) + gr.scalar("eps"));
     Value d = select(gr.scalar("rectify") > gr.constant(0.5), rectified, m_new);
     gr.output("param", p - gr.scalar("step_size") * d);
@@ -78,7 +62,7 @@ class Radam final : public UpdateRule {
 
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {
-    double lr = h.at("lr").get<double>(), wd = h.at("weight_decay").get<double>();
+    double lr = h.at("lr").get<double>();
     double b1 = h.at("betas")[0].get<double>(), b2 = h.at("betas")[1].get<double>();
     double step = static_cast<double>(t.step);
     double bias_correction1 = 1.0 - std::pow(b1, step);
@@ -92,13 +76,7 @@ class Radam final : public UpdateRule {
                               ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t));
       step_size *= rect * std::sqrt(bias_correction2);
     }
-    (*out)["grad_sign"] = h.at("maximize").get<bool>() ? -1.0 : 1.0;
-    (*out)["weight_decay"] = wd;
-    (*out)["decay"] = 1.0 - lr * wd;
-    (*out)["one_minus_beta1"] = 1.0 - b1;
-    (*out)["beta2"] = b2;
-    (*out)["one_minus_beta2"] = 1.0 - b2;
-    (*out)["eps"] = h.at("eps").get<double>();
+    adam_moment_scalars(h, out);
     (*out)["rectify"] = rectify ? 1.0 : 0.0;
     (*out)["step_size"] = step_size;
   }
