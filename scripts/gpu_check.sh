@@ -11,7 +11,7 @@ usage: scripts/gpu_check.sh pack [BUILD_DIR]   (here: Release build + self-conta
 
 pack  builds test_cuda_ptx, bench_gpu and the optfuse CLI (Release, BUILD_DIR default build/),
       copies them with their shared-library closure (ldd; libcuda excluded, it comes with the
-      driver) into .gpucheck/, and compresses that into .gpucheck/optfuse-gpucheck.tar.xz. glibc
+      driver; libz3 and ICU's data replaced by stubs, never called) into .gpucheck/, and compresses that into .gpucheck/optfuse-gpucheck.tar.xz. glibc
       and its loader are packed too, but used only if the binaries do not start with the host's.
       An unpacked xz (with its own glibc) is kept next to the archive for hosts without xz.
 run   unpacks the archive into a temporary folder under /tmp, prints nvidia-smi if present, runs
@@ -49,6 +49,7 @@ pack() {
       cp -L "$lib" "$PACK/stage/lib/"
     fi
   done
+  stub_unused_libs "$PACK/stage/lib"
   (cd "$ROOT" && git rev-parse HEAD 2>/dev/null || echo unknown) > "$PACK/stage/COMMIT"
   # The loader under its standard name, whatever path ldd printed for it.
   cp -L "$(ldd /bin/sh | awk '/ld-linux/ {print $1}')" "$PACK/stage/glibc/ld-linux-x86-64.so.2"
@@ -60,6 +61,28 @@ pack() {
   rm -rf "$PACK/stage"
   du -b "$ARCHIVE" "$PACK/xz" | sed 's/^/packed: /'
   echo "total: $(du -sb "$PACK" | cut -f1) bytes in $PACK (carry [\".gpucheck\"]; limit 64 MiB)"
+}
+
+# libLLVM needs libz3 (its SMT solver API) and, through libxml2, ICU's 31 MB data library at load
+# time; neither is ever called when optfuse compiles kernels. Replace them with stubs (Z3_*
+# functions that abort, an empty icudt*_dat) to keep the archive small: ~8 MB less compressed.
+stub_unused_libs() {
+  local lib="$1" tmp f
+  tmp="$(mktemp -d)"
+  for f in "$lib"/libz3.so.*; do
+    [[ -e "$f" ]] || continue
+    { echo '#include <stdlib.h>'
+      nm -D --undefined-only "$lib"/libLLVM*.so* | awk '/ Z3_/ {print "void " $2 "(void) { abort(); }"}'
+    } > "$tmp/z3.c"
+    cc -shared -fPIC -O2 -o "$f" -Wl,-soname,"$(basename "$f")" "$tmp/z3.c"
+  done
+  for f in "$lib"/libicudata.so.*; do
+    [[ -e "$f" ]] || continue
+    nm -D --undefined-only "$lib"/libicuuc.so.* | awk '/ icudt[0-9]+_dat/ {
+      print "const char " $2 "[16] __attribute__((aligned(16))) = {0};" }' > "$tmp/icu.c"
+    cc -shared -fPIC -o "$f" -Wl,-soname,"$(basename "$f")" "$tmp/icu.c"
+  done
+  rm -rf "$tmp"
 }
 
 run() {
@@ -134,9 +157,11 @@ summary() {
   printf "%-10s %12s %12s %12s %10s %10s\n" n "AdamW GB/s" "4r3w GB/s" "copy GB/s" AdamW/copy \
     AdamW/4r3w
   awk '
-    /"name":/ { gsub(/[",]/, "", $2); name = $2 }
-    /"bytes_per_second":/ { gsub(/,/, "", $2); split(name, p, "/"); bps[p[1], p[2]] = $2;
-                            sizes[p[2]] = 1 }
+    match($0, /"name": *"[^"]*"/) { v = substr($0, RSTART, RLENGTH); sub(/"name": *"/, "", v)
+                                    sub(/"$/, "", v); name = v }
+    match($0, /"bytes_per_second": *[-+.0-9eE]+/) {
+      v = substr($0, RSTART, RLENGTH); sub(/.*: */, "", v); split(name, p, "/")
+      bps[p[1], p[2]] = v + 0; sizes[p[2]] = 1 }
     END {
       for (s in sizes) {
         a = bps["BM_GPU_AdamW_Fused", s]; c = bps["BM_GPU_Ceiling_4R3W", s]
