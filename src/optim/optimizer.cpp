@@ -98,10 +98,17 @@ void resolve_kernel(Impl& impl, Impl::Group& g) {
     if (it == names.end()) internal_error("kernel state '" + in.name + "' not declared by rule");
     slots.push_back(static_cast<int>(it - names.begin()));
   }
+  std::vector<size_t> output_input;
+  for (const auto& out : kernel->signature().outputs) {
+    int i = kernel->signature().input_index(out.replaces);
+    if (i < 0) internal_error("output replaces unknown input '" + out.replaces + "'");
+    output_input.push_back(static_cast<size_t>(i));
+  }
   g.kernel = std::move(kernel);
   g.structure = std::move(structure);
   g.state_slot = std::move(slots);
   g.state_names = std::move(names);
+  g.output_input = std::move(output_input);
 }
 
 void* input_pointer(Impl::Tensor& t, const KernelSignature::TensorArg& arg) {
@@ -113,25 +120,42 @@ void* input_pointer(Impl::Tensor& t, const KernelSignature::TensorArg& arg) {
   internal_error("bad role");
 }
 
-void run_tensor(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool created_now) {
-  const KernelSignature& sig = g.kernel->signature();
-  optim::TensorStep ts{++t.step, created_now, &t.host};
+// This step's scalars for `t`, in signature order; advances t's step and host state.
+const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::Tensor& t,
+                                        bool created_now) {
+  Impl::Group::ScalarMemo& memo = g.memo;
+  int64_t step = ++t.step;
+  if (memo.valid && memo.step == step && memo.created_now == created_now &&
+      memo.host_before == t.host) {
+    t.host = memo.host_after;
+    return memo.values;
+  }
+  memo.valid = false;
+  memo.host_before = t.host;
   std::map<std::string, double> values;
-  impl.rule->scalars(g.options, ts, &values);
-
-  KernelCall call;
-  call.n = t.ref.param.numel;
-  for (const auto& in : sig.inputs) call.inputs.push_back(input_pointer(t, in));
-  for (const auto& s : sig.scalars) {
+  impl.rule->scalars(g.options, optim::TensorStep{step, created_now, &t.host}, &values);
+  memo.values.clear();
+  for (const auto& s : g.kernel->signature().scalars) {
     auto it = values.find(s.name);
     if (it == values.end()) internal_error("rule gave no value for scalar '" + s.name + "'");
-    call.scalars.push_back(it->second);
+    memo.values.push_back(it->second);
   }
-  for (const auto& out : sig.outputs) {
-    int i = sig.input_index(out.replaces);
-    if (i < 0) internal_error("output replaces unknown input '" + out.replaces + "'");
-    call.outputs.push_back(call.inputs[static_cast<size_t>(i)]);
-  }
+  memo.step = step;
+  memo.created_now = created_now;
+  memo.host_after = t.host;
+  memo.valid = true;
+  return memo.values;
+}
+
+void run_tensor(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool created_now) {
+  KernelCall& call = g.call;
+  call.scalars = step_scalars(impl, g, t, created_now);
+  call.n = t.ref.param.numel;
+  const KernelSignature& sig = g.kernel->signature();
+  call.inputs.resize(sig.inputs.size());
+  for (size_t i = 0; i < sig.inputs.size(); ++i) call.inputs[i] = input_pointer(t, sig.inputs[i]);
+  call.outputs.resize(g.output_input.size());
+  for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
   g.kernel->run(call);
 }
 
@@ -262,11 +286,14 @@ void Optimizer::step() {
       for (const auto& [name, value] : initial_host) t.host.emplace(name, value);
 
   // Phase 3: one fused kernel call per tensor.
-  for (auto& g : impl_->groups)
+  std::sort(created.begin(), created.end());
+  for (auto& g : impl_->groups) {
+    g.memo.valid = false;
     for (auto& t : g.tensors) {
-      bool created_now = std::find(created.begin(), created.end(), &t) != created.end();
+      bool created_now = std::binary_search(created.begin(), created.end(), &t);
       run_tensor(*impl_, g, t, created_now);
     }
+  }
 }
 
 const std::vector<float>* Optimizer::state(size_t group, size_t index, const std::string& name) const {

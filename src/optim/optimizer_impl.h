@@ -25,6 +25,18 @@ struct Optimizer::Impl {
     std::shared_ptr<const Kernel> kernel;
     std::vector<int> state_slot;  // kernel input position -> index into state_names (-1: p / g)
     std::vector<std::string> state_names;
+    std::vector<size_t> output_input;  // kernel output position -> the input position it replaces
+
+    // Scratch for step(): tensors of a group nearly always share their step and host state, so
+    // the scalars (and the host state they lead to) are computed once and reused while equal.
+    struct ScalarMemo {
+      bool valid = false;
+      int64_t step = 0;
+      bool created_now = false;
+      optim::HostState host_before, host_after;
+      std::vector<double> values;  // in kernel signature order
+    } memo;
+    KernelCall call;  // reused for every tensor: no allocation per kernel call
   };
 
   Engine* engine = nullptr;
