@@ -20,6 +20,13 @@ void apply_cpu_schedule(PipelineFuncs& f, const Schedule& s) {
   // Vectors first, then chunks of whole vectors: only the last vector of the array is ragged, so
   // the predicated tail exists once, not once per task.
   Halide::Expr vectors_per_task = Halide::max(f.chunk / s.vector_width, 1);
+  // A call that fits one task runs on the calling thread without entering Halide's thread pool
+  // (whose job queue costs about a microsecond and serializes concurrent callers): what lets
+  // step() spread many small tensors over all cores.
+  Halide::Expr extent = f.out.output_buffers()[0].dim(0).extent();
+  f.out.specialize(extent <= f.chunk)
+      .split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
+      .vectorize(xv);
   f.out.split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
       .vectorize(xv)
       .split(xvo, xo, xi, vectors_per_task, TailStrategy::GuardWithIf)

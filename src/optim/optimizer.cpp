@@ -121,9 +121,9 @@ void* input_pointer(Impl::Tensor& t, const KernelSignature::TensorArg& arg) {
 }
 
 // This step's scalars for `t`, in signature order; advances t's step and host state.
-const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::Tensor& t,
-                                        bool created_now) {
-  Impl::Group::ScalarMemo& memo = g.memo;
+const std::vector<double>& step_scalars(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
+                                        Impl::Tensor& t, bool created_now) {
+  Impl::Group::Lane::ScalarMemo& memo = lane.memo;
   int64_t step = ++t.step;
   if (memo.valid && memo.step == step && memo.created_now == created_now &&
       memo.host_before == t.host) {
@@ -147,9 +147,10 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
   return memo.values;
 }
 
-void run_tensor(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool created_now) {
-  KernelCall& call = g.call;
-  call.scalars = step_scalars(impl, g, t, created_now);
+void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane, Impl::Tensor& t,
+                bool created_now) {
+  KernelCall& call = lane.call;
+  call.scalars = step_scalars(impl, g, lane, t, created_now);
   call.n = t.ref.param.numel;
   const KernelSignature& sig = g.kernel->signature();
   call.inputs.resize(sig.inputs.size());
@@ -157,6 +158,38 @@ void run_tensor(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool created_
   call.outputs.resize(g.output_input.size());
   for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
   g.kernel->run(call);
+}
+
+// One group's kernel calls. Tensors small enough to be a single task each are spread over all
+// threads (contiguous shares, one lane each); the others run one after another on the caller,
+// each parallel inside its kernel.
+void run_group(Impl& impl, Impl::Group& g, const std::vector<const Impl::Tensor*>& created) {
+  const int threads = impl.engine->num_threads();
+  const int64_t single_task = impl.engine->options().schedule.min_task;
+  g.lanes.resize(static_cast<size_t>(threads));
+  for (auto& lane : g.lanes) lane.memo.valid = false;
+  auto created_now = [&](const Impl::Tensor& t) {
+    return std::binary_search(created.begin(), created.end(), &t);
+  };
+  std::vector<Impl::Tensor*> small;
+  for (auto& t : g.tensors) {
+    if (t.ref.param.numel <= single_task)
+      small.push_back(&t);
+    else
+      run_tensor(impl, g, g.lanes[0], t, created_now(t));
+  }
+  if (threads < 2 || small.size() < 4 * static_cast<size_t>(threads)) {
+    for (Impl::Tensor* t : small) run_tensor(impl, g, g.lanes[0], *t, created_now(*t));
+    return;
+  }
+  if (!impl.pool || impl.pool->threads() != threads)
+    impl.pool = std::make_unique<optim::WorkerPool>(threads);
+  impl.pool->run([&](int k) {
+    size_t begin = small.size() * static_cast<size_t>(k) / static_cast<size_t>(threads);
+    size_t end = small.size() * static_cast<size_t>(k + 1) / static_cast<size_t>(threads);
+    for (size_t i = begin; i < end; ++i)
+      run_tensor(impl, g, g.lanes[static_cast<size_t>(k)], *small[i], created_now(*small[i]));
+  });
 }
 
 }  // namespace
@@ -287,13 +320,7 @@ void Optimizer::step() {
 
   // Phase 3: one fused kernel call per tensor.
   std::sort(created.begin(), created.end());
-  for (auto& g : impl_->groups) {
-    g.memo.valid = false;
-    for (auto& t : g.tensors) {
-      bool created_now = std::binary_search(created.begin(), created.end(), &t);
-      run_tensor(*impl_, g, t, created_now);
-    }
-  }
+  for (auto& g : impl_->groups) run_group(*impl_, g, created);
 }
 
 const std::vector<float>* Optimizer::state(size_t group, size_t index, const std::string& name) const {

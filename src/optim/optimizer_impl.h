@@ -7,6 +7,7 @@
 
 #include "optfuse/optim.h"
 #include "optim/rule.h"
+#include "optim/worker_pool.h"
 
 namespace optfuse {
 
@@ -27,22 +28,27 @@ struct Optimizer::Impl {
     std::vector<std::string> state_names;
     std::vector<size_t> output_input;  // kernel output position -> the input position it replaces
 
-    // Scratch for step(): tensors of a group nearly always share their step and host state, so
-    // the scalars (and the host state they lead to) are computed once and reused while equal.
-    struct ScalarMemo {
-      bool valid = false;
-      int64_t step = 0;
-      bool created_now = false;
-      optim::HostState host_before, host_after;
-      std::vector<double> values;  // in kernel signature order
-    } memo;
-    KernelCall call;  // reused for every tensor: no allocation per kernel call
+    // Scratch for step(), one lane per thread: tensors of a group nearly always share their step
+    // and host state, so the scalars (and the host state they lead to) are computed once and
+    // reused while equal; the call is reused so that no kernel call allocates.
+    struct Lane {
+      struct ScalarMemo {
+        bool valid = false;
+        int64_t step = 0;
+        bool created_now = false;
+        optim::HostState host_before, host_after;
+        std::vector<double> values;  // in kernel signature order
+      } memo;
+      KernelCall call;
+    };
+    std::vector<Lane> lanes;
   };
 
   Engine* engine = nullptr;
   std::unique_ptr<optim::UpdateRule> rule;
   Options defaults;  // the rule's defaults merged with the optimizer config
   std::vector<Group> groups;
+  std::unique_ptr<optim::WorkerPool> pool;  // for small tensors; made at the first step needing it
 
   static std::string where(size_t group) { return "param group " + std::to_string(group); }
   static std::string where(size_t group, size_t index, const ParamRef& ref);

@@ -1,0 +1,42 @@
+#pragma once
+// A small persistent thread pool for step(): many small tensors are each one single-task kernel
+// call, so running those calls on all cores (instead of one after another on the caller) is what
+// makes a model's hundreds of biases and norms cheap. Large tensors do not use it: their kernels
+// are parallel inside.
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace optfuse::optim {
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(int threads);  // threads >= 1, the caller included
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs part(k) for k in [0, threads()) — part 0 on the caller — and returns when all are done.
+  // The first exception thrown by any part is rethrown here.
+  void run(const std::function<void(int)>& part);
+
+ private:
+  void work(int k);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* part_ = nullptr;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace optfuse::optim
