@@ -54,10 +54,15 @@ std::string signature_text(const KernelSignature& s) {
 
 namespace engine_detail {
 
+// Bumped whenever lowering or a schedule generates different code for the same graph and
+// Schedule (a changed op lowering, a new specialization), so that cached objects of the old code
+// are misses instead of being reused. 2: single-task calls bypass the thread pool.
+constexpr const char* kLoweringVersion = "lowering-2";
+
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {
   return xxh3_128(joined({"kernel", graph_hash.hex(), resolved.str(), target, OPTFUSE_VERSION,
-                          jit::toolchain_version()}))
+                          kLoweringVersion, jit::toolchain_version()}))
       .hex();
 }
 
