@@ -10,9 +10,7 @@
 // shape with the same structure ("compile once, call many").
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "optfuse/graph.h"

@@ -11,7 +11,6 @@
 // Structure (compiled in): AMSGrad or not; Adam vs AdamW is a different graph.
 #include <cmath>
 
-#include "optfuse/error.h"
 #include "optim/adam_family.h"
 #include "optim/rule.h"
 

@@ -5,7 +5,6 @@
 //   p = p - lr * update
 //   m = beta2 * m + (1 - beta2) * g                          (exp_avg, from zeros)
 // Validation uses torch's wording for the same checks as Adam. One structure.
-#include "optfuse/error.h"
 #include "optim/adam_family.h"
 #include "optim/rule.h"
 
