@@ -63,11 +63,14 @@ struct KernelCall {
   int64_t n = 0;
   // The pointers are CUDA device pointers (CUdeviceptr values). Required by kernels of CUDA
   // targets (host pointers are rejected: no hidden copies), rejected by CPU kernels. Each must be
-  // 16-byte aligned (cuMemAlloc gives 256) and valid in the CUDA context the Halide runtime
-  // uses: today its own context on device 0 (HL_GPU_DEVICE), created at the first call. The
-  // launch is asynchronous (that context's default stream): synchronize before reading results.
-  // Untested on a GPU so far (no device in CI).
+  // 16-byte aligned (cuMemAlloc gives 256) and valid in the engine's CUDA context
+  // (EngineOptions::cuda_context: by default device 0's primary context, the one PyTorch's
+  // allocations live in). The launch is asynchronous on `cuda_stream`: synchronize that stream
+  // before reading results. Untested on a GPU so far (no device in CI).
   bool device = false;
+  // CUDA kernels only: the CUstream to launch on (e.g. torch.cuda.current_stream().cuda_stream);
+  // null = the context's default stream.
+  void* cuda_stream = nullptr;
 };
 
 class Kernel {
@@ -93,6 +96,11 @@ struct EngineOptions {
   // throws. Without it, an engine for a CUDA target checks at creation that a CUDA driver and
   // device are usable and throws Error saying why not; a compile-only engine needs neither.
   bool compile_only = false;
+  // CUDA targets: the CUcontext kernels run in, which device pointers must be valid in. Null =
+  // the primary context of device `cuda_device` (retained by optfuse; the context the CUDA runtime
+  // API, and so PyTorch, JAX and CuPy, use), so their tensors' pointers work as they are.
+  void* cuda_context = nullptr;
+  int cuda_device = 0;
 };
 
 struct EngineCounters {

@@ -67,14 +67,15 @@ std::string count_error(const std::string& kernel, const char* what, size_t got,
 
 KernelImpl::KernelImpl(KernelSignature signature, std::string key, std::string name,
                        Schedule resolved, std::shared_ptr<jit::Session> session, jit::ArgvFn fn,
-                       const halide_device_interface_t* device_interface)
+                       const halide_device_interface_t* device_interface, void* cuda_context)
     : signature_(std::move(signature)),
       key_(std::move(key)),
       name_(std::move(name)),
       schedule_(resolved),
       session_(std::move(session)),
       fn_(fn),
-      device_interface_(device_interface) {
+      device_interface_(device_interface),
+      cuda_context_(cuda_context) {
   if (signature_.inputs.size() > kMaxTensors || signature_.outputs.size() > kMaxTensors ||
       signature_.scalars.size() > kMaxScalars)
     throw Error("graph \"" + name_ + "\" has more than " + std::to_string(kMaxTensors) +
@@ -161,7 +162,7 @@ void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, i
                              device_interface_);
     args[a++] = &buffers[b++];
   }
-  jit::Session::call(fn_, args, name_);
+  jit::Session::call(fn_, args, name_, {cuda_context_, call.cuda_stream});
 }
 
 }  // namespace optfuse::engine_detail

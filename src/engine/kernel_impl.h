@@ -15,10 +15,12 @@ class KernelImpl final : public Kernel {
   static constexpr size_t kMaxTensors = 64, kMaxScalars = 64;
 
   // Throws Error if the signature exceeds kMaxTensors / kMaxScalars. `device_interface`: the CUDA
-  // device interface for kernels of CUDA targets (calls then take device pointers), else null.
+  // device interface for kernels of CUDA targets (calls then take device pointers), else null;
+  // `cuda_context`: the CUcontext they run in (EngineOptions::cuda_context, resolved).
   KernelImpl(KernelSignature signature, std::string key, std::string name, Schedule resolved,
              std::shared_ptr<jit::Session> session, jit::ArgvFn fn,
-             const halide_device_interface_t* device_interface = nullptr);
+             const halide_device_interface_t* device_interface = nullptr,
+             void* cuda_context = nullptr);
 
   const KernelSignature& signature() const override { return signature_; }
   const std::string& key() const override { return key_; }
@@ -53,6 +55,7 @@ class KernelImpl final : public Kernel {
   std::shared_ptr<jit::Session> session_;
   jit::ArgvFn fn_;
   const halide_device_interface_t* device_interface_;
+  void* cuda_context_;
 };
 
 }  // namespace optfuse::engine_detail
