@@ -93,6 +93,11 @@ class PipelineBuilder {
       if (op_has(n.op, kRowReduce) && !row) row = &n;
     }
     const std::string graph = "graph \"" + g_.name() + "\": ";
+    for (const Node& n : g_.nodes())
+      if (n.op == Op::Opaque)
+        throw Error(graph + "opaque op \"" + n.name +
+                    "\" cannot be compiled into a kernel; partition the graph "
+                    "(include/optfuse/partition.h) and run it between the kernels");
     if (target.has_gpu_feature() && (whole || row || !g_.results().empty()))
       throw Error(graph + (whole || row ? std::string(op_name((whole ? whole : row)->op))
                                         : std::string("results")) +
