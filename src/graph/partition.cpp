@@ -181,6 +181,7 @@ class Partitioner {
       }
     }
     cl.nodes.assign(computed.begin(), computed.end());
+    for (NodeId id : computed) computed_in_[id].insert(region);
     cl.summary = summary(cl.nodes, roots);
     return cl;
   }
@@ -213,6 +214,13 @@ class Partitioner {
     return out;
   }
 
+  // The regions whose kernels compute `id` (its own region if none needs it there).
+  std::set<Region> regions_of(NodeId id) const {
+    auto it = computed_in_.find(id);
+    if (it == computed_in_.end() || it->second.empty()) return {region_[id]};
+    return it->second;
+  }
+
   FusionDecision decide(NodeId a, NodeId n) const {
     const std::string edge = ref(a) + " " + op_of(node(a)) + " -> " + ref(n) + " " + op_of(node(n));
     auto d = [&](Verdict v, Why w, const std::string& why) {
@@ -226,7 +234,11 @@ class Partitioner {
                "operand of opaque \"" + node(n).name + "\"; " +
                    (node(a).is_tensor ? "written to memory" : "returned as a result") +
                    " by the kernel before it");
-    if (cut_[a] && home(a) != region_[n]) {
+    const std::set<Region> where_a = regions_of(a), where_n = regions_of(n);
+    bool shared = false;
+    for (const Region& r : where_n) shared = shared || where_a.count(r) > 0;
+    if (!shared) {
+      if (!cut_[a]) internal_error("partition: " + edge + " crosses kernels without a cut");
       bool mixed = region_[a].epoch == region_[n].epoch;
       return d(Verdict::Cut, Why::ReductionCut,
                mixed ? "a whole-tensor reduction cannot share a kernel with per-row reductions "
@@ -234,9 +246,10 @@ class Partitioner {
                      : "the reduction is computed before the opaque op; the later kernel reads it "
                        "as a scalar");
     }
-    if (region_[a] != region_[n])
+    if (where_a.size() > 1)
       return d(Verdict::Recompute, Why::Duplicated,
-               "element-wise: computed again in the later kernel (cheaper than a pass over memory)");
+               "computed in more than one kernel (element-wise: recomputing is cheaper than a pass "
+               "over memory)");
     if (is_whole(a))
       return d(Verdict::Fuse, Why::ReductionPrologue,
                "whole-tensor reduction over the same elements: a root stage computed before the "
@@ -252,6 +265,7 @@ class Partitioner {
   std::vector<std::vector<NodeId>> consumers_;
   std::vector<bool> cut_;
   std::map<Region, std::vector<Root>> roots_;
+  std::map<NodeId, std::set<Region>> computed_in_;  // node -> regions whose kernel computes it
   std::vector<std::pair<std::tuple<int, int, NodeId>, Cluster>> clusters_;
   int kernel_count_ = 0;
 };
