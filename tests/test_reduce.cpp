@@ -199,6 +199,25 @@ TEST(Prologue, UpdateUsesItsOwnNormInOneKernel) {
   }
 }
 
+// Results whose reductions no output uses still see the inputs as they were before the call,
+// although the outputs overwrite those inputs in place (found by tests/test_fuzz.cpp).
+TEST(InPlace, ResultsReadTheInputsBeforeOutputsOverwriteThem) {
+  Graph g("in_place");
+  Value p = g.param("p"), m = g.state("m");
+  g.output("p", p * 0.0 + 3.0);
+  g.output("m", m * 0.0 - 1.0);
+  g.result("max_p", reduce_max(p));
+  g.result("mean_m", reduce_mean(m));
+  for (size_t n : {size_t(7), size_t(5000), size_t(200003)}) {
+    Tensors in{{"p", values(1, n)}, {"m", values(2, n)}};
+    Scalars got;
+    run_kernel(*engine().kernel(g), in, {}, RunOptions{}, &got);  // in place
+    Scalars want = interpret_results(g, in, {});
+    EXPECT_EQ(got["max_p"], want["max_p"]) << n;
+    EXPECT_NEAR(got["mean_m"], want["mean_m"], 1e-7) << n;
+  }
+}
+
 // ---- Per-row reductions ----------------------------------------------------------------------
 
 struct RowCase {

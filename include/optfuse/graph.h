@@ -44,6 +44,7 @@ enum OpFlags : unsigned {
   kBinary = 1u << 4,
   kReduce = 1u << 5,     // whole-tensor reduction: uniform result
   kRowReduce = 1u << 6,  // per-row reduction: per-element result (the row's value)
+  kOpaque = 1u << 7,     // an external call: never fused
 };
 
 enum class Op : uint8_t {
@@ -69,7 +70,7 @@ struct Node {
   bool is_tensor;             // per-element value (else uniform across the tensor)
   std::vector<NodeId> args;   // operands, in order
   double value = 0;           // Const only
-  std::string name;           // Input / Scalar only
+  std::string name;           // Input / Scalar: its name; Opaque: the external computation
   Role role = Role::Param;    // Input only
 };
 
@@ -179,6 +180,8 @@ Value log(Value a);
 Value select(Value cond, Value if_true, Value if_false);
 Value cast(Value a, DType to);
 Value is_finite(Value a);  // bool: neither inf nor NaN
+// An opaque op named `callee` applied to `a` (see ops.def): kernels never contain it.
+Value opaque(const std::string& callee, Value a);
 
 // Reductions (operand: a per-element value of a float dtype; see the top of this file).
 Value reduce_sum(Value a);

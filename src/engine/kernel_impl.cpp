@@ -175,8 +175,8 @@ void KernelImpl::run(const KernelCall& call) const {
     run_slice(call, scalars, offset, std::min(step, call.n - offset));
 }
 
-// argv layout (lower.h): [user_context, inputs..., scalars..., chunk, (cols,) outputs...,
-// results...]; buffers by pointer, every other argument by the address of its value. The same
+// argv layout (lower.h): [user_context, inputs..., scalars..., chunk, (cols,) results...,
+// outputs...]; buffers by pointer, every other argument by the address of its value. The same
 // for CUDA kernels (which ignore chunk); their buffers carry device pointers instead of host ones.
 // Per-row kernels see every tensor as 2-D: [cols, rows] in Halide's order (x innermost).
 void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, int64_t offset,
@@ -201,13 +201,13 @@ void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, i
     args[a++] = const_cast<ScalarValue*>(&scalars[i]);
   args[a++] = &chunk;
   if (rows) args[a++] = &cols32;
+  for (size_t i = 0; i < signature_.results.size(); ++i) {
+    buffers[b] = result_buffer(call.results + i);
+    args[a++] = &buffers[b++];
+  }
   for (size_t i = 0; i < signature_.outputs.size(); ++i) {
     buffers[b] = call_buffer(call.outputs[i], offset, signature_.outputs[i].dtype, dims,
                              device_interface_, dimensions);
-    args[a++] = &buffers[b++];
-  }
-  for (size_t i = 0; i < signature_.results.size(); ++i) {
-    buffers[b] = result_buffer(call.results + i);
     args[a++] = &buffers[b++];
   }
   jit::Session::call(fn_, args, name_, {cuda_context_, call.cuda_stream});

@@ -106,6 +106,8 @@ double eval_op(Op op, DType t, const double* a) {
       return std::isfinite(a[0]) ? 1.0 : 0.0;
     case Op::Cast:
       return round_to_dtype(a[0], t);
+    case Op::Opaque:
+      return a[0];  // stands in for the external computation (graph.h)
     // Reductions are not element-wise: interpret.cpp evaluates them (reduce()).
     case Op::ReduceSum:
     case Op::ReduceMean:

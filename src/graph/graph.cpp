@@ -37,7 +37,7 @@ void normalize(Node& n) {
     n.value = graph_detail::round_to_dtype(n.value, n.dtype);
   else
     n.value = 0;
-  if (n.op != Op::Input && n.op != Op::Scalar) n.name.clear();
+  if (n.op != Op::Input && n.op != Op::Scalar && n.op != Op::Opaque) n.name.clear();
   if (n.op != Op::Input) n.role = Role::Param;
 }
 
@@ -54,6 +54,7 @@ void check_types(const Graph& g, const Node& n) {
     if (n.dtype != want) fail("result dtype " + dt_str(n.dtype) + " should be " + dt_str(want));
   };
   if (n.op == Op::Cast || op_has(n.op, kLeaf)) return;
+  if (n.op == Op::Opaque) return require_result(operand(0));
   if (n.op == Op::Select) {
     if (operand(0) != DType::Bool)
       fail("operand 1 (the condition) has dtype " + dt_str(operand(0)) + "; expected bool");
@@ -80,6 +81,8 @@ void check_structure(const Graph& g, const Node& n) {
       throw Error(op + ": operand " + std::to_string(i + 1) + " refers to %" +
                   std::to_string(n.args[i]) + ", which does not exist");
   }
+  if (n.op == Op::Opaque && n.name.empty())
+    throw Error("opaque: the name of the external computation must not be empty");
   if (op_has(n.op, kReduce | kRowReduce) && !g.node(n.args[0]).is_tensor)
     throw Error(op + ": operand 1 (%" + std::to_string(n.args[0]) +
                 ") is uniform, the same for every element; only per-element values are reduced");
@@ -275,6 +278,12 @@ Value select(Value cond, Value if_true, Value if_false) {
 }
 Value cast(Value a, DType to) { return build(Op::Cast, {a}, to); }
 Value is_finite(Value a) { return build(Op::IsFinite, {a}); }
+
+Value opaque(const std::string& callee, Value a) {
+  if (!a.valid()) throw Error("opaque: operand 1 is not a built value");
+  Node n{Op::Opaque, a.node().dtype, false, {a.id()}, 0, callee, Role::Param};
+  return Value(a.graph(), a.graph()->add_node(std::move(n)));
+}
 
 Value reduce_sum(Value a) { return build(Op::ReduceSum, {a}); }
 Value reduce_mean(Value a) { return build(Op::ReduceMean, {a}); }

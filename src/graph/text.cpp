@@ -48,6 +48,7 @@ std::string op_word(const Node& n) {
 std::string operands(const Node& n) {
   if (n.op == Op::Input || n.op == Op::Scalar) return quote(n.name);
   if (n.op == Op::Const) return format_number(n.value);
+  if (n.op == Op::Opaque) return quote(n.name) + ", %" + std::to_string(n.args.at(0));
   std::string out;
   for (NodeId a : n.args) out += (out.empty() ? "%" : ", %") + std::to_string(a);
   return out;
@@ -214,6 +215,10 @@ class Parser {
     if (op == Op::Scalar) return g_.scalar(name_operand(), dtype).id();
     if (op == Op::Const) return g_.constant(number(), dtype).id();
     Node n{op, dtype, false, {}, 0, "", Role::Param};
+    if (op == Op::Opaque) {
+      n.name = name_operand();
+      expect_punct(",");
+    }
     for (int i = 0; i < op_arity(op); ++i) {
       if (i > 0) expect_punct(",");
       n.args.push_back(reference());

@@ -62,13 +62,10 @@ class PipelineBuilder {
     if (funcs_.per_row) vars_.push_back(funcs_.y);
     make_leaves();
     make_uniforms();
+    // Results first: Halide realizes independent pipeline outputs in the order given, and the
+    // reductions only results use must read the inputs before `out` overwrites them in place
+    // (tests/test_reduce.cpp, InPlace). So the argv has the result buffers before the outputs.
     std::vector<Halide::Func> pipeline_outputs;
-    if (!g_.outputs().empty()) {
-      std::vector<Expr> outputs;
-      for (const Output& o : sorted_outputs()) outputs.push_back(operand(o.value, kMain));
-      define(funcs_.out, vars_, outputs);
-      pipeline_outputs.push_back(funcs_.out);
-    }
     if (!g_.results().empty()) {
       std::vector<Expr> results;
       for (const Result& r : sorted_results())
@@ -76,6 +73,12 @@ class PipelineBuilder {
       funcs_.results = Func("results");
       define(funcs_.results, {}, results);
       pipeline_outputs.push_back(funcs_.results);
+    }
+    if (!g_.outputs().empty()) {
+      std::vector<Expr> outputs;
+      for (const Output& o : sorted_outputs()) outputs.push_back(operand(o.value, kMain));
+      define(funcs_.out, vars_, outputs);
+      pipeline_outputs.push_back(funcs_.out);
     }
     funcs_.inputs = inputs_;
     apply_schedule(funcs_, s, target);
@@ -93,6 +96,11 @@ class PipelineBuilder {
       if (op_has(n.op, kRowReduce) && !row) row = &n;
     }
     const std::string graph = "graph \"" + g_.name() + "\": ";
+    for (const Node& n : g_.nodes())
+      if (n.op == Op::Opaque)
+        throw Error(graph + "opaque op \"" + n.name +
+                    "\" cannot be compiled into a kernel; partition the graph "
+                    "(include/optfuse/partition.h) and run it between the kernels");
     if (target.has_gpu_feature() && (whole || row || !g_.results().empty()))
       throw Error(graph + (whole || row ? std::string(op_name((whole ? whole : row)->op))
                                         : std::string("results")) +
@@ -233,7 +241,8 @@ class PipelineBuilder {
 
   Expr whole_reduction(NodeId id) {
     const Node& n = g_.node(id);
-    const std::string name = "red" + std::to_string(funcs_.whole.size());
+    // Numbered when named, not when pushed: the operand may hold reductions of its own.
+    const std::string name = "red" + std::to_string(stages_named_++);
     // Every tensor has the same extent (Kernel::run builds them so); a reduced value is per
     // element, so the graph has at least one tensor input. chunk == 0: an empty call (lower.h).
     Expr count = Halide::select(chunk_ > 0, inputs_.at(0).dim(0).extent(), 0);
@@ -245,7 +254,7 @@ class PipelineBuilder {
 
   Expr row_reduction(NodeId id) {
     const Node& n = g_.node(id);
-    const std::string name = "row" + std::to_string(funcs_.rows.size());
+    const std::string name = "row" + std::to_string(stages_named_++);
     funcs_.rows.push_back(
         reduce_rows(n.op, reduction_operand(id, name), cols_, s_.vector_width, name));
     Expr v = finish(n.op, funcs_.rows.back().row(funcs_.y), cols_);
@@ -271,6 +280,7 @@ class PipelineBuilder {
   std::vector<NodeId> uniform_ids_;  // uniforms Func element i computes node uniform_ids_[i]
   Halide::Param<int32_t> chunk_{"chunk"};
   Halide::Param<int32_t> cols_{"cols"};
+  int stages_named_ = 0;  // reduction stages named so far (their Funcs need unique names)
   PipelineFuncs funcs_;
 };
 

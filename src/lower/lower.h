@@ -16,11 +16,11 @@
 //   * reductions (reduce.h): prologue stages computed before `out`; whole-tensor ones are root
 //     Funcs read through `uniforms`, per-row ones are computed per row inside `out`'s row loop;
 //   * `results()`: a 0-D Func whose Tuple holds the graph's results as f64, sorted by name (a
-//     second pipeline output; a graph with results only has no `out`).
+//     pipeline output realized before `out`; a graph with results only has no `out`).
 // Graphs with per-row reductions are 2-D: every tensor is [cols, rows] (x along a row) and
 // `out(x, y)`; the others are 1-D.
 // Halide argument order (the `_argv` entry point): [user_context, inputs..., scalars..., chunk,
-// (cols,) outputs..., results...]. Halide always appends output buffers after the explicit
+// (cols,) results..., outputs...] (results first: see lower.cpp). Halide always appends output buffers after the explicit
 // arguments; `chunk` is the runtime task size in elements (a multiple of the vector width),
 // computed per call; chunk == 0 marks an empty call that only computes results (its tensors are
 // one-element stand-ins, and reductions see zero elements). `cols` (int32) exists only for

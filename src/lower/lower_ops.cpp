@@ -108,6 +108,8 @@ Expr lower_f32_or_wider(Op op, const std::vector<Expr>& a, Precision p) {
     }
     case Op::Cast:
       return a[0];  // the caller converts to the result dtype
+    case Op::Opaque:
+      break;  // never lowered: lower.cpp refuses graphs with opaque ops first
     // Reductions are stages of their own (reduce.cpp), never per-element expressions.
     case Op::ReduceSum:
     case Op::ReduceMean:
