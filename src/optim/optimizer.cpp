@@ -86,7 +86,18 @@ std::vector<Span> all_spans(const std::vector<Impl::Group>& groups) {
 void resolve_kernel(Impl& impl, Impl::Group& g) {
   std::string structure = impl.rule->structure(g.options);
   if (g.kernel && g.structure == structure) return;
-  auto kernel = impl.engine->kernel(impl.rule->graph(g.options));
+  // One kernel per distinct tensor size when the engine has tuned schedules (a model has few
+  // distinct sizes), else one for the group.
+  Graph graph = impl.rule->graph(g.options);
+  const bool by_size = impl.engine->tuned_schedules() > 0;
+  std::map<int64_t, std::shared_ptr<const Kernel>> by_numel;
+  for (auto& t : g.tensors) {
+    int64_t n = by_size ? t.ref.param.numel : 0;
+    auto& k = by_numel[n];
+    if (!k) k = by_size ? impl.engine->kernel(graph, n) : impl.engine->kernel(graph);
+    t.kernel = k;
+  }
+  auto kernel = g.tensors.front().kernel;
   std::vector<std::string> names = impl.rule->state_names(g.options);
   std::vector<int> slots;
   for (const auto& in : kernel->signature().inputs) {
@@ -157,7 +168,7 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   for (size_t i = 0; i < sig.inputs.size(); ++i) call.inputs[i] = input_pointer(t, sig.inputs[i]);
   call.outputs.resize(g.output_input.size());
   for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
-  g.kernel->run(call);
+  t.kernel->run(call);
 }
 
 // One group's kernel calls. Tensors small enough to be a single task each are spread over all
@@ -165,7 +176,6 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
 // each parallel inside its kernel.
 void run_group(Impl& impl, Impl::Group& g, const std::vector<const Impl::Tensor*>& created) {
   const int threads = impl.engine->num_threads();
-  const int64_t single_task = impl.engine->options().schedule.min_task;
   g.lanes.resize(static_cast<size_t>(threads));
   for (auto& lane : g.lanes) lane.memo.valid = false;
   auto created_now = [&](const Impl::Tensor& t) {
@@ -173,7 +183,7 @@ void run_group(Impl& impl, Impl::Group& g, const std::vector<const Impl::Tensor*
   };
   std::vector<Impl::Tensor*> small;
   for (auto& t : g.tensors) {
-    if (t.ref.param.numel <= single_task)
+    if (t.ref.param.numel <= t.kernel->schedule().min_task)  // runs as one task: spread them
       small.push_back(&t);
     else
       run_tensor(impl, g, g.lanes[0], t, created_now(t));
@@ -244,7 +254,7 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
     if (r.grad.numel != r.param.numel)
       throw Error(who + ": grad has " + std::to_string(r.grad.numel) + " elements but param has " +
                   std::to_string(r.param.numel));
-    g.tensors.push_back(Impl::Tensor{r, 0, {}, {}});
+    g.tensors.push_back(Impl::Tensor{r, 0, {}, {}, nullptr});
   }
   std::vector<Span> spans = all_spans(impl_->groups);
   for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
@@ -339,15 +349,22 @@ std::vector<Optimizer::KernelUse> Optimizer::kernel_uses() const {
   std::vector<KernelUse> uses;
   for (const auto& g : impl_->groups) {
     if (!g.kernel) continue;
-    auto it = std::find_if(uses.begin(), uses.end(),
-                           [&](const KernelUse& u) { return u.key == g.kernel->key(); });
-    if (it == uses.end()) {
-      uses.push_back({g.kernel->key(), g.kernel->name(), 0, 0, 0});
-      it = uses.end() - 1;
+    std::vector<const Kernel*> counted;  // this group's kernels (several with tuned schedules)
+    for (const auto& t : g.tensors) {
+      const Kernel* k = t.kernel.get();
+      auto it = std::find_if(uses.begin(), uses.end(),
+                             [&](const KernelUse& u) { return u.key == k->key(); });
+      if (it == uses.end()) {
+        uses.push_back({k->key(), k->name(), 0, 0, 0});
+        it = uses.end() - 1;
+      }
+      if (std::find(counted.begin(), counted.end(), k) == counted.end()) {
+        counted.push_back(k);
+        it->groups += 1;
+      }
+      it->tensors += 1;
+      it->elements += t.ref.param.numel;
     }
-    it->groups += 1;
-    it->tensors += static_cast<int64_t>(g.tensors.size());
-    for (const auto& t : g.tensors) it->elements += t.ref.param.numel;
   }
   return uses;
 }

@@ -17,13 +17,16 @@ struct Optimizer::Impl {
     int64_t step = 0;                                  // torch's state['step']
     std::map<std::string, std::vector<float>> state;  // created lazily at the first step
     optim::HostState host;                            // the rule's per-tensor host state
+    // The group's kernel, or with tuned schedules the one for this tensor's size (same graph,
+    // same signature, another schedule). Set with Group::kernel.
+    std::shared_ptr<const Kernel> kernel;
   };
   struct Group {
     Options options;  // defaults merged with overrides, validated
     std::vector<Tensor> tensors;
     // Resolved at the first step after a structural change:
     std::string structure;
-    std::shared_ptr<const Kernel> kernel;
+    std::shared_ptr<const Kernel> kernel;  // the first tensor's (all share its signature)
     std::vector<int> state_slot;  // kernel input position -> index into state_names (-1: p / g)
     std::vector<std::string> state_names;
     std::vector<size_t> output_input;  // kernel output position -> the input position it replaces
