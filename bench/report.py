@@ -38,12 +38,17 @@ def run_bench(binary, out_json, args, log):
     if r.returncode != 0:
         log.append(f"- `{os.path.basename(binary)}` failed ({r.returncode}): {r.stderr[-300:]}")
         return None
-    with open(out_json) as f:
-        return json.load(f)
+    try:
+        with open(out_json) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        log.append(f"- `{os.path.basename(binary)}`: no results ({e})")
+        return None
 
 
 def size_filter(sizes):
-    return "/(" + "|".join(str(n) for n in sizes) + ")$"
+    # Names end in the size, or the size then "/real_time" or "/manual_time".
+    return "/(" + "|".join(str(n) for n in sizes) + ")(/|$)"
 
 
 def rows(data):
@@ -60,30 +65,39 @@ def human(n):
     return f"2^{p}" if n == 1 << p else str(n)
 
 
-def ensure_matplotlib(allow_install):
-    try:
-        import matplotlib  # noqa: F401
-        return True, ""
-    except ImportError:
-        pass
+def has_matplotlib(python):
+    return subprocess.run([python, "-c", "import matplotlib"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def matplotlib_python(allow_install):
+    """An interpreter that imports matplotlib (this one, or Debian's after apt-get), or None."""
+    candidates = [sys.executable, "/usr/bin/python3"]
+    for py in candidates:
+        if os.path.exists(py) and has_matplotlib(py):
+            return py, ""
     if not allow_install:
-        return False, "matplotlib missing (--no-install)"
+        return None, "matplotlib missing (--no-install)"
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return False, "matplotlib missing; install python3-matplotlib (apt-get) for the plot"
+        return None, "matplotlib missing; install python3-matplotlib (apt-get) for the plot"
     print("report: installing python3-matplotlib ...", file=sys.stderr, flush=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    r = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "python3-matplotlib"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    if r.returncode != 0:
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "python3-matplotlib"]
+    r = subprocess.run(install, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    if r.returncode != 0:  # stale package lists: update once and retry
         subprocess.run(["apt-get", "update"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        r = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends",
-                            "python3-matplotlib"], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        import matplotlib  # noqa: F401
-        return True, ""
-    except ImportError:
-        return False, "matplotlib could not be installed: " + r.stderr[-200:]
+        r = subprocess.run(install, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    for py in candidates:  # Debian's package serves Debian's python3
+        if os.path.exists(py) and has_matplotlib(py):
+            return py, ""
+    return None, "matplotlib could not be installed: " + r.stderr[-200:]
+
+
+def plot_with(python, update_json, png):
+    """Plots in `python` (which has matplotlib), running this script's --plot-only mode."""
+    r = subprocess.run([python, os.path.abspath(__file__), "--plot-only", update_json, png],
+                       stderr=subprocess.PIPE, text=True)
+    return r.returncode == 0, r.stderr[-300:]
 
 
 def plot(update_rows, png):
@@ -127,6 +141,10 @@ def matrix_table(matrix_rows, sizes):
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--plot-only":  # internal: see plot_with
+        with open(sys.argv[2]) as f:
+            plot(rows(json.load(f)), sys.argv[3])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build", help="build directory (default: build)")
     ap.add_argument("--out", default="bench/report", help="output directory (default: bench/report)")
@@ -170,7 +188,7 @@ def main():
     if urows:
         md += ["| size | fused | unfused | ceiling | fused / ceiling |", "| --- | --- | --- | --- | --- |"]
         for n in sizes:
-            get = {k: next((gbps(r) for r in urows if r["name"] == f"BM_{k}/{n}"), None)
+            get = {k: next((gbps(r) for r in urows if r["name"].split("/")[:2] == [f"BM_{k}", str(n)]), None)
                    for k in ("AdamW_Fused", "AdamW_Unfused", "Ceiling_4R3W")}
             f, u, c = get["AdamW_Fused"], get["AdamW_Unfused"], get["Ceiling_4R3W"]
             fmt = lambda v: f"{v:.1f}" if v else ""
@@ -178,12 +196,11 @@ def main():
                       else f"| {human(n)} | {fmt(f)} | {fmt(u)} | {fmt(c)} | |")
         md.append("")
         if not a.no_plot:
-            ok, why = ensure_matplotlib(not a.no_install)
-            if ok:
-                plot(urows, png)
-                md += [f"![GB/s against size]({os.path.basename(png)})", ""]
-            else:
-                md += [f"(no plot: {why})", ""]
+            python, why = matplotlib_python(not a.no_install)
+            ok = False
+            if python:
+                ok, why = plot_with(python, os.path.join(a.out, "update.json"), png)
+            md += [f"![GB/s against size]({os.path.basename(png)})" if ok else f"(no plot: {why})", ""]
     else:
         md += ["(no results)", ""]
 
