@@ -4,11 +4,13 @@
 // a tiny tuning run. No timing assertions.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "optfuse/optfuse.hpp"
 #include "optfuse/tune.h"
@@ -359,6 +361,63 @@ TEST(Tune, TinyRunReturnsAValidScheduleForEachGraphAndSize) {
   ScheduleDb db(r.target);
   for (const auto& t : r.best) db.put(t);
   EXPECT_EQ(ScheduleDb::parse(db.text(), "tuned").text(), db.text());
+}
+
+// The command line: `optfuse tune` writes a database that loads; `optfuse demo --schedules` uses
+// one (a crafted entry for the demo's AdamW structure).
+struct CliRun {
+  int rc;
+  std::string out, err;
+};
+
+CliRun cli(const std::string& args, const std::string& dir) {
+  std::string out = dir + "/cli.out", err = dir + "/cli.err";
+  int status = std::system((std::string(OPTFUSE_CLI_PATH) + " " + args + " >" + out + " 2>" + err).c_str());
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+TEST(TuneCli, WritesADatabaseThatLoads) {
+  std::string dir = temp_dir("cli");
+  CliRun r = cli("tune --optimizer sgd --optimizer '{\"type\":\"sgd\",\"momentum\":0.9}' "
+                 "--sizes 4096 --budget 1 --json --db " + dir + "/db.json", dir);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("tune: sgd"));  // progress on stderr
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["entries"].size(), 2u);
+  EXPECT_EQ(j["db"], dir + "/db.json");
+  ScheduleDb db = ScheduleDb::load(dir + "/db.json");
+  EXPECT_EQ(db.entries().size(), 2u);
+  EXPECT_EQ(db.target(), testing::shared_engine().target_string());
+  // A second run merges: other entries are kept.
+  ASSERT_EQ(cli("tune --optimizer adam --sizes 4096 --budget 0 --db " + dir + "/db.json", dir).rc, 0);
+  EXPECT_EQ(ScheduleDb::load(dir + "/db.json").entries().size(), 3u);
+  CliRun none = cli("tune --budget 1", dir);
+  EXPECT_NE(none.rc, 0);
+  EXPECT_THAT(none.err, HasSubstr("nothing to tune"));
+  fs::remove_all(dir);
+}
+
+TEST(TuneCli, DemoUsesTheScheduleDatabaseItIsGiven) {
+  std::string dir = temp_dir("demo");
+  // The demo's decayed group (tools/demo.cpp): AdamW, betas (0.9, 0.95), weight decay 0.1.
+  Graph g = update_graph({{"type", "adamw"}, {"lr", 3e-4}, {"betas", {0.9, 0.95}}},
+                         {{"weight_decay", 0.1}});
+  ScheduleDb db(testing::shared_engine().target_string());
+  db.put(entry(structural_hash(canonicalize(g)).hex(), 1 << 20, cpu(0, 2)));
+  db.save(dir + "/db.json");
+  std::string demo = "demo --no-cache --layers 1 --d-model 64 --vocab 256 --steps 1 --json ";
+  CliRun tuned = cli(demo + "--schedules " + dir + "/db.json", dir);
+  ASSERT_EQ(tuned.rc, 0) << tuned.err;
+  EXPECT_EQ(nlohmann::json::parse(tuned.out)["tuned_schedules"], 1);
+  EXPECT_THAT(tuned.err, HasSubstr("1 tuned from " + dir + "/db.json"));
+  CliRun plain = cli(demo + "--schedules none", dir);
+  ASSERT_EQ(plain.rc, 0) << plain.err;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["tuned_schedules"], 0);
+  fs::remove_all(dir);
 }
 
 }  // namespace
