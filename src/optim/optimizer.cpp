@@ -85,7 +85,10 @@ std::vector<Span> all_spans(const std::vector<Impl::Group>& groups) {
 // Binds a group to the kernel for its current structure (compiling on first use).
 void resolve_kernel(Impl& impl, Impl::Group& g) {
   std::string structure = impl.rule->structure(g.options);
-  if (g.kernel && g.structure == structure) return;
+  // (load_state replaces the tensors, so each must still have its kernel.)
+  if (g.kernel && g.structure == structure &&
+      std::all_of(g.tensors.begin(), g.tensors.end(), [](const Impl::Tensor& t) { return t.kernel; }))
+    return;
   // One kernel per distinct tensor size when the engine has tuned schedules (a model has few
   // distinct sizes), else one for the group.
   Graph graph = impl.rule->graph(g.options);
