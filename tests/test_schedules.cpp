@@ -363,6 +363,24 @@ TEST(Tune, TinyRunReturnsAValidScheduleForEachGraphAndSize) {
   EXPECT_EQ(ScheduleDb::parse(db.text(), "tuned").text(), db.text());
 }
 
+// Every committed database (schedules/*.json) parses and is byte-for-byte in the form the tuner
+// writes, so a re-tune's diff shows only what changed.
+TEST(CommittedDb, ParsesAndIsInCanonicalForm) {
+  fs::path dir = fs::path(OPTFUSE_TEST_DATA_DIR) / ".." / "schedules";
+  int files = 0;
+  for (const auto& f : fs::directory_iterator(dir)) {
+    if (f.path().extension() != ".json") continue;
+    ++files;
+    std::ifstream in(f.path());
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    ScheduleDb db = ScheduleDb::load(f.path().string());
+    EXPECT_EQ(db.text(), text) << f.path();
+    EXPECT_EQ(f.path().stem().string(), db.target()) << "a database is named after its target";
+    for (const TunedSchedule& e : db.entries()) EXPECT_EQ(e.graph.size(), 32u) << f.path();
+  }
+  std::printf("%d committed schedule database(s)\n", files);
+}
+
 // The command line: `optfuse tune` writes a database that loads; `optfuse demo --schedules` uses
 // one (a crafted entry for the demo's AdamW structure).
 struct CliRun {

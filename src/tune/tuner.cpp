@@ -102,15 +102,14 @@ class SizeSearch {
     if (best != base_->schedule() && c.ratio >= 1.0 + o_.min_gain / 2) {
       t.schedule = best;
       t.ratio = c.ratio;
-    } else {
-      t.ratio = best == base_->schedule() ? 1.0 : c.ratio;
+    } else {  // the default stays: its ratio to itself is 1 by definition
+      t.ratio = 1.0;
       if (best != base_->schedule()) record(best, c, false, "not confirmed");
       c.candidate_seconds = c.base_seconds;
     }
     double bytes = static_cast<double>(work_.bytes_per_call());
     t.gbps = bytes / std::max(c.candidate_seconds, 1e-12) / 1e9;
     t.default_gbps = bytes / std::max(c.base_seconds, 1e-12) / 1e9;
-    if (t.schedule == base_->schedule()) t.gbps = t.default_gbps;
     progress(g_.name() + " n=" + size_text(n_) + ": best " + t.schedule.str() + " (" +
              fmt(t.ratio) + "x default, " + fmt(t.gbps) + " GB/s)");
     return t;
