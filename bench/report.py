@@ -9,7 +9,8 @@ What it runs (all from the build directory, Google Benchmark JSON output kept in
   bench_matrix         every optimizer x dtype x size: GB/s, ceiling GB/s, share (paired)
   bench_startup        cold compile, Halide runtime compile, warm load, time to first step
   bench_small_tensors  1000 x 1K tensors vs one 1M tensor through Optimizer::step()
---quick: sizes up to 2^18 and short runs (a smoke test of the whole pipeline, not figures).
+--quick: sizes up to 2^18, short runs, three optimizers in the matrix (a smoke test of the
+whole pipeline, not figures).
 
 The PNG needs matplotlib: if it is missing and we are root on Debian, `apt-get install -y
 python3-matplotlib` is tried once (idempotent; --no-install skips it); without it the report is
@@ -165,8 +166,10 @@ def main():
     update = run_bench(os.path.join(b, "bench_update"), os.path.join(a.out, "update.json"),
                        common + ["--benchmark_filter=BM_(AdamW_Fused|AdamW_Unfused|Ceiling_4R3W)"
                                  + size_filter(sizes)], log)
+    # Quick: three optimizers only (each one's kernel compile is most of a quick run's time).
+    only = "Matrix/(adamw|sgd|lion)/.*" if a.quick else ""
     matrix = run_bench(os.path.join(b, "bench_matrix"), os.path.join(a.out, "matrix.json"),
-                       common + ["--benchmark_filter=" + size_filter(sizes)], log)
+                       common + ["--benchmark_filter=" + only + size_filter(sizes)], log)
     startup_filter = ["--benchmark_filter=Startup_Warm|FirstStep_Warm"] if a.quick else []
     startup = run_bench(os.path.join(b, "bench_startup"), os.path.join(a.out, "startup.json"),
                         startup_filter, log)
