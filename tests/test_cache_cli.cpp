@@ -64,6 +64,8 @@ Result finish(pid_t pid, const std::string& out_prefix) {
 class CacheCli : public ::testing::Test {
  protected:
   void SetUp() override {
+    // Default schedules only: these tests compare keys with an engine that has no tuned ones.
+    ::setenv("OPTFUSE_SCHEDULES", "none", 1);
     dir_ = (fs::temp_directory_path() / ("optfuse-cli-" + std::to_string(::getpid()))).string();
     fs::remove_all(dir_);
     fs::create_directories(dir_ + "/io");

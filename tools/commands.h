@@ -8,5 +8,6 @@ void add_demo_command(CLI::App& app);
 void add_warmup_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
 void add_explain_command(CLI::App& app);
+void add_tune_command(CLI::App& app);
 
 }  // namespace optfuse::tools

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "optfuse/optfuse.hpp"
 #include "tools/bandwidth.h"
 #include "tools/commands.h"
+#include "tools/schedules_option.h"
 
 namespace optfuse::tools {
 namespace {
@@ -35,6 +37,7 @@ struct DemoOptions {
   std::string cache_dir;  // "" = default_cache_dir()
   bool no_cache = false;
   bool json = false;
+  std::string schedules;  // --schedules (tools/schedules_option.h)
 };
 
 struct TensorSpec {
@@ -153,14 +156,28 @@ int run_demo(const DemoOptions& o) {
   eo.target = o.target;
   eo.num_threads = o.threads;
   if (!o.no_cache) eo.cache_dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  eo.schedule_db = tool_schedule_db(o.schedules);
   Engine engine(eo);
-  for (const Options& ov : overrides) engine.kernel(update_graph(config, ov));
+  // The kernels the first step will use: per group, one per distinct tensor size when tuned
+  // schedules are loaded (the optimizer picks them per size), else one.
+  for (int decay = 1; decay >= 0; --decay) {
+    Graph graph = update_graph(config, overrides[decay ? 0 : 1]);
+    std::set<int64_t> sizes;
+    for (const auto& t : layout)
+      if (t.decay == bool(decay)) sizes.insert(engine.tuned_schedules() ? t.numel() : 0);
+    for (int64_t n : sizes) n ? engine.kernel(graph, n) : engine.kernel(graph);
+  }
   double startup = seconds_since(t_engine);
   EngineCounters at_start = engine.counters();
   log(o, "optfuse demo: AdamW on a transformer-shaped model, %.1f M fp32 parameters in %zu tensors\n",
       total / 1e6, layout.size());
   log(o, "target %s, %d threads, cache %s\n", engine.target_string().c_str(), engine.num_threads(),
       eo.cache_dir.empty() ? "off (memory only)" : eo.cache_dir.c_str());
+  log(o, "schedules: %s\n", engine.tuned_schedules()
+                                 ? (std::to_string(engine.tuned_schedules()) + " tuned from " +
+                                    schedule_db_file(eo.schedule_db, engine.target_string()))
+                                       .c_str()
+                                 : "defaults (no tuned schedules for this target)");
   log(o, "start-up (engine creation to kernels ready) %.1f ms: %lld kernels compiled, %lld runtime "
       "compiles, %lld objects from the disk cache\n", startup * 1e3,
       static_cast<long long>(at_start.compiles), static_cast<long long>(at_start.runtime_compiles),
@@ -239,6 +256,7 @@ int run_demo(const DemoOptions& o) {
       {"share_of_ceiling", share},
       {"startup_ms", startup * 1e3},
       {"cache_dir", eo.cache_dir},
+      {"tuned_schedules", engine.tuned_schedules()},
       // The optimizer's kernels (the bandwidth probe's are not counted).
       {"kernels_compiled", after_first.compiles},
       {"runtime_compiles", after_first.runtime_compiles},
@@ -300,6 +318,7 @@ void add_demo_command(CLI::App& app) {
                   "~/.cache/optfuse)");
   cmd->add_flag("--no-cache", o->no_cache, "keep compiled kernels in memory only");
   cmd->add_flag("--json", o->json, "print a machine-readable JSON report (progress goes to stderr)");
+  add_schedules_option(cmd, &o->schedules);
   cmd->callback([o] {
     int rc = run_demo(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -14,6 +14,7 @@
 #include "optfuse/error.h"
 #include "optfuse/optfuse.hpp"
 #include "tools/commands.h"
+#include "tools/schedules_option.h"
 #include "tools/spec.h"
 
 namespace optfuse::tools {
@@ -27,12 +28,14 @@ struct WarmupOptions {
   std::string cache_dir;
   int jobs = 0;
   bool json = false;
+  std::string schedules;  // --schedules (tools/schedules_option.h)
 };
 
 // One object to make sure of: a target's runtime, or one kernel and the groups it serves.
 struct Item {
   std::string target, kind, name, key;
   Graph graph{""};
+  int64_t size_hint = 0;  // a tensor size it serves (picks a tuned schedule); 0 = default
   int64_t groups = 0, tensors = 0, elements = 0;
   std::string status;  // "hit", "compiled", "failed"
   std::string error;
@@ -48,12 +51,13 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 std::vector<Item> plan(const ModelSpec& spec, const std::vector<std::string>& targets,
-                       const std::string& cache_dir) {
+                       const std::string& schedule_db) {
   std::vector<Item> items;
   for (const std::string& target : targets) {
     EngineOptions eo;
     eo.target = target;
     eo.compile_only = true;  // GPU targets need no device to be compiled for
+    eo.schedule_db = schedule_db;
     Engine engine(eo);       // resolves the target (Error naming it if invalid); compiles nothing
     Item rt;
     rt.target = engine.target_string();
@@ -70,35 +74,46 @@ std::vector<Item> plan(const ModelSpec& spec, const std::vector<std::string>& ta
           throw Error(spec.path + ": param_groups[" + std::to_string(gi) + "]: " + e.what());
         }
       }();
-      std::string key = engine.kernel_key(graph);
-      auto [it, fresh] = by_key.emplace(key, items.size());
-      if (fresh) {
-        Item k;
-        k.target = engine.target_string();
-        k.kind = "kernel";
-        k.name = graph.name();
-        k.key = key;
-        k.graph = graph;
-        items.push_back(k);
+      // One kernel per schedule the group's tensors get: with tuned schedules, per size.
+      std::map<std::string, std::vector<size_t>> params_by_key;
+      for (size_t pi : g.params) {
+        int64_t n = engine.tuned_schedules() ? spec.params[pi].numel : 0;
+        params_by_key[n ? engine.kernel_key(graph, n) : engine.kernel_key(graph)].push_back(pi);
       }
-      Item& k = items[it->second];
-      ++k.groups;
-      k.tensors += static_cast<int64_t>(g.params.size());
-      for (size_t pi : g.params) k.elements += spec.params[pi].numel;
+      for (const auto& [key, params] : params_by_key) {
+        auto [it, fresh] = by_key.emplace(key, items.size());
+        if (fresh) {
+          Item k;
+          k.target = engine.target_string();
+          k.kind = "kernel";
+          k.name = graph.name();
+          k.key = key;
+          k.graph = graph;
+          k.size_hint = engine.tuned_schedules() ? spec.params[params.front()].numel : 0;
+          items.push_back(k);
+        }
+        Item& k = items[it->second];
+        ++k.groups;
+        k.tensors += static_cast<int64_t>(params.size());
+        for (size_t pi : params) k.elements += spec.params[pi].numel;
+      }
     }
   }
   return items;
 }
 
-void run_item(Item& item, const std::string& cache_dir) {
+void run_item(Item& item, const std::string& cache_dir, const std::string& schedule_db) {
   auto t0 = Clock::now();
   try {
     EngineOptions eo;
     eo.target = item.target;
     eo.cache_dir = cache_dir;
     eo.compile_only = true;
+    eo.schedule_db = schedule_db;
     Engine engine(eo);
-    bool found = item.kind == "runtime" ? engine.precompile_runtime() : engine.precompile(item.graph);
+    bool found = item.kind == "runtime" ? engine.precompile_runtime()
+                 : item.size_hint ? engine.precompile(item.graph, item.size_hint)
+                                  : engine.precompile(item.graph);
     item.status = found ? "hit" : "compiled";
   } catch (const Error& e) {
     item.status = "failed";
@@ -112,7 +127,8 @@ int run_warmup(const WarmupOptions& o) {
   FILE* progress = o.json ? stderr : stdout;
   ModelSpec spec = load_spec(o.spec);
   std::string dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
-  std::vector<Item> items = plan(spec, split(o.targets), dir);
+  std::string schedule_db = tool_schedule_db(o.schedules);
+  std::vector<Item> items = plan(spec, split(o.targets), schedule_db);
   int64_t tensors = 0;
   for (const auto& p : spec.params) tensors += p.numel;
   std::fprintf(progress, "optfuse warmup: %s (%s), %zu parameters (%.1f M elements) in %zu groups; "
@@ -127,7 +143,7 @@ int run_warmup(const WarmupOptions& o) {
   size_t done = 0;
   auto worker = [&] {
     for (size_t i; (i = next++) < items.size();) {
-      run_item(items[i], dir);
+      run_item(items[i], dir, schedule_db);
       std::lock_guard<std::mutex> lock(print);
       const Item& it = items[i];
       std::fprintf(progress, "[%zu/%zu] %-18s %-7s %-14s %s in %.2f s", ++done, items.size(),
@@ -200,6 +216,7 @@ void add_warmup_command(CLI::App& app) {
   cmd->add_option("--jobs", o->jobs, "objects compiled at once (0 = one per core)")
       ->check(CLI::Range(0, 256))->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON report (progress goes to stderr)");
+  add_schedules_option(cmd, &o->schedules);
   cmd->callback([o] {
     int rc = run_warmup(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

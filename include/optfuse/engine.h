@@ -22,13 +22,24 @@ struct Schedule {
   int vector_width = 0;      // lanes per vector op; 0 = twice the target's natural f32 width
   int tasks_per_thread = 1;  // parallel tasks per worker thread (few large tasks win, see DESIGN)
   int64_t min_task = 16384;  // elements below which a call runs as a single task
+  // Vectors per iteration of the inner loop (1 = not unrolled): more independent loads in
+  // flight per task. Each task's vector count is rounded up to a multiple of it.
+  int unroll = 1;
+  // Elements per parallel task; 0 = split each call into num_threads * tasks_per_thread equal
+  // tasks. > 0: tasks of this fixed size (rounded up to whole vectors, at least min_task), as
+  // many as the call needs, so small calls make few tasks and huge ones many.
+  int64_t task_elems = 0;
   // GPU targets only (ignored, and reset to 0, for CPU targets): threads per block; 0 = 256. On
   // a GPU target vector_width is the consecutive elements each thread handles (0 = 4: one 128-bit
   // access per f32 tensor) and tasks_per_thread / min_task are unused (reset to their defaults).
   int gpu_block = 0;
-  // Stable text used in keys: "v16.t1.m16384" for CPU schedules (unchanged by gpu_block), and
-  // "gpu.v4.b256" for resolved GPU schedules.
+  // Stable text used in keys: "v16.t1.m16384" for CPU schedules (unchanged by gpu_block), with
+  // ".u4" / ".c65536" appended only when unroll / task_elems differ from their defaults (so keys of
+  // default schedules never change), and "gpu.v4.b256" for resolved GPU schedules.
   std::string str() const;
+
+  bool operator==(const Schedule& o) const { return str() == o.str(); }
+  bool operator!=(const Schedule& o) const { return !(*this == o); }
 };
 
 // Everything a caller needs to know to call a compiled kernel.
@@ -97,6 +108,7 @@ class Kernel {
   virtual const KernelSignature& signature() const = 0;
   virtual const std::string& key() const = 0;   // hex key (graph hash + schedule + target)
   virtual const std::string& name() const = 0;  // the graph's name, for messages
+  virtual const Schedule& schedule() const = 0;  // the resolved schedule it was compiled with
   // Runs the kernel. Checks pointer count, n >= 0, and KernelCall::device against the target (and
   // the alignment of device pointers); data validity is the caller's contract.
   virtual void run(const KernelCall& call) const = 0;
@@ -119,6 +131,12 @@ struct EngineOptions {
   // API, and so PyTorch, JAX and CuPy, use), so their tensors' pointers work as they are.
   void* cuda_context = nullptr;
   int cuda_device = 0;
+  // Tuned schedules (include/optfuse/schedules.h): "" = none; a database file, or a directory
+  // holding `<resolved target>.json` (none there: no tuned schedules). Read once at creation;
+  // Error if a named file is unreadable or invalid. Only kernel(g, size_hint) and the other
+  // size_hint overloads consult it; tools default it to $OPTFUSE_SCHEDULES or the repository's
+  // schedules/ (optfuse::default_schedule_db).
+  std::string schedule_db;
 };
 
 struct EngineCounters {
@@ -174,17 +192,26 @@ class Engine {
   // The compiled kernel for `g` (any form; it is canonicalized here). Thread-safe.
   std::shared_ptr<const Kernel> kernel(const Graph& g);
   std::shared_ptr<const Kernel> kernel(const Graph& g, const Schedule& schedule);
+  // The kernel for calls of about `size_hint` elements: the tuned schedule for this graph and
+  // target measured nearest that size (EngineOptions::schedule_db), else options().schedule.
+  std::shared_ptr<const Kernel> kernel(const Graph& g, int64_t size_hint);
+  // The resolved schedule kernel(g, size_hint) uses, and whether it came from the database.
+  Schedule schedule_for(const Graph& g, int64_t size_hint, bool* tuned = nullptr) const;
 
   // Compile-only: makes sure `g`'s object is in the memory table or the object store (compiling
   // and storing it if needed) without loading it, so it works for any target (cross-compiling,
   // e.g. "arm-64-linux" on x86). Returns true if it was found (memory or store), false if compiled.
   bool precompile(const Graph& g);
+  bool precompile(const Graph& g, int64_t size_hint);  // the schedule kernel(g, size_hint) uses
   // The same for this target's Halide runtime object.
   bool precompile_runtime();
 
   // The key `kernel(g)` would use, without compiling.
   std::string kernel_key(const Graph& g) const;
   std::string kernel_key(const Graph& g, const Schedule& schedule) const;
+  std::string kernel_key(const Graph& g, int64_t size_hint) const;
+  // How many tuned schedules the engine's database holds for its target (0 without one).
+  size_t tuned_schedules() const;
 
   // Halide's lowered statement for `g` (for `optfuse explain --stmt`).
   std::string lowered_stmt(const Graph& g) const;

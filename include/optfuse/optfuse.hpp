@@ -7,3 +7,4 @@
 #include "optfuse/graph.h"
 #include "optfuse/optim.h"
 #include "optfuse/partition.h"
+#include "optfuse/schedules.h"

@@ -15,6 +15,7 @@
 #include "lower/signature.h"
 #include "optfuse/cache.h"
 #include "optfuse/error.h"
+#include "optfuse/schedules.h"
 
 namespace optfuse {
 namespace {
@@ -64,6 +65,20 @@ struct Engine::Impl {
   std::shared_ptr<jit::Session> session;  // created by the first kernel()
 
   std::unordered_map<std::string, bool> precompiled;  // keys stored by precompile()
+  ScheduleDb db;  // tuned schedules for this target (empty without EngineOptions::schedule_db)
+
+  // The schedule for calls of about `n` elements of `canonical` (resolved), tuned if the
+  // database has an entry for it.
+  Schedule schedule_for(const Graph& canonical, int64_t n, bool* tuned) const {
+    const TunedSchedule* e =
+        db.entries().empty() ? nullptr : db.find(structural_hash(canonical).hex(), n);
+    if (tuned) *tuned = e != nullptr;
+    return jit::resolve_schedule(e ? e->schedule : options.schedule, target);
+  }
+
+  std::shared_ptr<const Kernel> kernel(const Graph& canonical, const std::string& name,
+                                       const Schedule& resolved);
+  bool precompile(const Graph& canonical, const std::string& name, const Schedule& resolved);
 
   // `key`'s object from the store, else compiled by `compile` and stored. While compiling, the
   // store's lock for `key` is held and the store is asked again once it is taken, so processes
@@ -123,6 +138,13 @@ Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
     if (!options.cuda_context) options.cuda_context = jit::cuda_primary_context(options.cuda_device);
   }
   impl_->options = std::move(options);
+  if (std::string file = schedule_db_file(impl_->options.schedule_db, impl_->target);
+      !file.empty()) {
+    ScheduleDb db = ScheduleDb::load(file);
+    // A database for another target has nothing for this engine (its schedules were measured
+    // elsewhere), so it is ignored rather than misapplied.
+    if (db.target() == impl_->target) impl_->db = std::move(db);
+  }
   if (!impl_->options.cache_dir.empty()) {
     CacheOptions co;
     co.dir = impl_->options.cache_dir;
@@ -138,60 +160,77 @@ std::shared_ptr<const Kernel> Engine::kernel(const Graph& g) {
 }
 
 std::shared_ptr<const Kernel> Engine::kernel(const Graph& g, const Schedule& schedule) {
-  if (impl_->options.compile_only)
-    throw Error("engine for target " + impl_->target +
-                " is compile-only (EngineOptions::compile_only): it cannot load kernel \"" +
-                g.name() + "\"; use precompile()");
   Graph canonical = canonicalize(g);
-  Schedule resolved = jit::resolve_schedule(schedule, impl_->target);
-  std::string key = impl_->key_of(canonical, resolved);
+  return impl_->kernel(canonical, g.name(), jit::resolve_schedule(schedule, impl_->target));
+}
 
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  ++impl_->counters.lookups;
-  if (auto it = impl_->table.find(key); it != impl_->table.end()) {
-    ++impl_->counters.hits;
+std::shared_ptr<const Kernel> Engine::kernel(const Graph& g, int64_t size_hint) {
+  Graph canonical = canonicalize(g);
+  return impl_->kernel(canonical, g.name(), impl_->schedule_for(canonical, size_hint, nullptr));
+}
+
+std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const std::string& name,
+                                                   const Schedule& resolved) {
+  if (options.compile_only)
+    throw Error("engine for target " + target +
+                " is compile-only (EngineOptions::compile_only): it cannot load kernel \"" + name +
+                "\"; use precompile()");
+  std::string key = key_of(canonical, resolved);
+
+  std::lock_guard<std::mutex> lock(mutex);
+  ++counters.lookups;
+  if (auto it = table.find(key); it != table.end()) {
+    ++counters.hits;
     return it->second;
   }
   std::string fn_name = "optfuse_" + key;
   KernelSignature sig = lower::signature(canonical);
-  ObjectInfo info{"kernel", g.name(), impl_->target, signature_text(sig)};
+  ObjectInfo info{"kernel", name, target, signature_text(sig)};
   bool found = false;
-  std::vector<char> obj = impl_->object(key, info, [&] {
-    std::vector<char> compiled =
-        jit::compile_kernel_object(canonical, resolved, impl_->target, fn_name);
-    ++impl_->counters.compiles;
+  std::vector<char> obj = object(key, info, [&] {
+    std::vector<char> compiled = jit::compile_kernel_object(canonical, resolved, target, fn_name);
+    ++counters.compiles;
     return compiled;
   }, &found);
   // After the kernel compiled: a graph or target that cannot be lowered fails before the ~0.8 s
   // runtime compile.
-  jit::ArgvFn fn = impl_->session_locked().load_kernel(obj, fn_name);
-  auto kernel = std::make_shared<KernelImpl>(std::move(sig), key, g.name(), resolved,
-                                             impl_->session, fn,
-                                             impl_->session->cuda_device_interface(),
-                                             impl_->options.cuda_context);
-  impl_->table.emplace(key, kernel);
+  jit::ArgvFn fn = session_locked().load_kernel(obj, fn_name);
+  auto kernel = std::make_shared<KernelImpl>(std::move(sig), key, name, resolved, session, fn,
+                                             session->cuda_device_interface(),
+                                             options.cuda_context);
+  table.emplace(key, kernel);
   return kernel;
 }
 
 bool Engine::precompile(const Graph& g) {
   Graph canonical = canonicalize(g);
-  Schedule resolved = jit::resolve_schedule(impl_->options.schedule, impl_->target);
-  std::string key = impl_->key_of(canonical, resolved);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  ++impl_->counters.lookups;
-  if (impl_->table.count(key) || impl_->precompiled.count(key)) {
-    ++impl_->counters.hits;
+  return impl_->precompile(canonical, g.name(),
+                           jit::resolve_schedule(impl_->options.schedule, impl_->target));
+}
+
+bool Engine::precompile(const Graph& g, int64_t size_hint) {
+  Graph canonical = canonicalize(g);
+  return impl_->precompile(canonical, g.name(), impl_->schedule_for(canonical, size_hint, nullptr));
+}
+
+bool Engine::Impl::precompile(const Graph& canonical, const std::string& name,
+                              const Schedule& resolved) {
+  std::string key = key_of(canonical, resolved);
+  std::lock_guard<std::mutex> lock(mutex);
+  ++counters.lookups;
+  if (table.count(key) || precompiled.count(key)) {
+    ++counters.hits;
     return true;
   }
-  ObjectInfo info{"kernel", g.name(), impl_->target, signature_text(lower::signature(canonical))};
+  ObjectInfo info{"kernel", name, target, signature_text(lower::signature(canonical))};
   bool found = false;
-  impl_->object(key, info, [&] {
+  object(key, info, [&] {
     std::vector<char> compiled =
-        jit::compile_kernel_object(canonical, resolved, impl_->target, "optfuse_" + key);
-    ++impl_->counters.compiles;
+        jit::compile_kernel_object(canonical, resolved, target, "optfuse_" + key);
+    ++counters.compiles;
     return compiled;
   }, &found);
-  impl_->precompiled.emplace(key, true);
+  precompiled.emplace(key, true);
   return found;
 }
 
@@ -209,6 +248,17 @@ std::string Engine::kernel_key(const Graph& g) const {
 std::string Engine::kernel_key(const Graph& g, const Schedule& schedule) const {
   return impl_->key_of(canonicalize(g), jit::resolve_schedule(schedule, impl_->target));
 }
+
+std::string Engine::kernel_key(const Graph& g, int64_t size_hint) const {
+  Graph canonical = canonicalize(g);
+  return impl_->key_of(canonical, impl_->schedule_for(canonical, size_hint, nullptr));
+}
+
+Schedule Engine::schedule_for(const Graph& g, int64_t size_hint, bool* tuned) const {
+  return impl_->schedule_for(canonicalize(g), size_hint, tuned);
+}
+
+size_t Engine::tuned_schedules() const { return impl_->db.entries().size(); }
 
 std::string Engine::lowered_stmt(const Graph& g) const {
   return jit::lowered_stmt(canonicalize(g),

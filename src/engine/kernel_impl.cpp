@@ -149,10 +149,12 @@ void KernelImpl::check(const KernelCall& call) const {
 
 int64_t KernelImpl::chunk_for(int64_t n) const {
   int64_t tasks = int64_t(session_->num_threads()) * schedule_.tasks_per_thread;
-  int64_t chunk = std::max(schedule_.min_task, (n + tasks - 1) / tasks);
-  int64_t vw = schedule_.vector_width;
-  chunk = (chunk + vw - 1) / vw * vw;
-  return std::min(chunk, (kMaxSlice + vw - 1) / vw * vw);
+  int64_t share = schedule_.task_elems > 0 ? schedule_.task_elems : (n + tasks - 1) / tasks;
+  int64_t chunk = std::max(schedule_.min_task, share);
+  // The lowered loop unrolls `unroll` vectors per step (schedule.cpp): whole steps per task.
+  int64_t step = int64_t(schedule_.vector_width) * std::max(schedule_.unroll, 1);
+  chunk = (chunk + step - 1) / step * step;
+  return std::min(chunk, (kMaxSlice + step - 1) / step * step);
 }
 
 void KernelImpl::run(const KernelCall& call) const {

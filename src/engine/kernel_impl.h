@@ -25,16 +25,16 @@ class KernelImpl final : public Kernel {
   const KernelSignature& signature() const override { return signature_; }
   const std::string& key() const override { return key_; }
   const std::string& name() const override { return name_; }
+  const Schedule& schedule() const override { return schedule_; }
   void run(const KernelCall& call) const override;
 
   // What this kernel was built from (also lets tests build a kernel with a doctored signature).
-  const Schedule& schedule() const { return schedule_; }
   const std::shared_ptr<jit::Session>& session() const { return session_; }
   jit::ArgvFn entry() const { return fn_; }
   bool on_device() const { return device_interface_ != nullptr; }
 
-  // The parallel task size for `n` elements: few large tasks (see Schedule), a whole number of
-  // vectors.
+  // The parallel task size for `n` elements: few large tasks, or task_elems (see Schedule), a
+  // whole number of unrolled vector steps.
   int64_t chunk_for(int64_t n) const;
 
  private:

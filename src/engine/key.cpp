@@ -11,8 +11,11 @@ namespace optfuse {
 std::string Schedule::str() const {
   if (gpu_block > 0)
     return "gpu.v" + std::to_string(vector_width) + ".b" + std::to_string(gpu_block);
-  return "v" + std::to_string(vector_width) + ".t" + std::to_string(tasks_per_thread) + ".m" +
-         std::to_string(min_task);
+  std::string s = "v" + std::to_string(vector_width) + ".t" + std::to_string(tasks_per_thread) +
+                  ".m" + std::to_string(min_task);
+  if (unroll > 1) s += ".u" + std::to_string(unroll);
+  if (task_elems > 0) s += ".c" + std::to_string(task_elems);
+  return s;
 }
 
 namespace {

@@ -314,6 +314,8 @@ Schedule resolve_schedule(Schedule s, const Halide::Target& target) {
   if (s.vector_width <= 0) s.vector_width = 2 * target.natural_vector_size(Halide::Float(32));
   s.tasks_per_thread = std::max(s.tasks_per_thread, 1);
   s.min_task = std::max<int64_t>(s.min_task, 1);
+  s.unroll = std::max(s.unroll, 1);
+  s.task_elems = std::max<int64_t>(s.task_elems, 0);
   return s;
 }
 

@@ -32,13 +32,20 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   // (whose job queue costs about a microsecond and serializes concurrent callers): what lets
   // step() spread many small tensors over all cores.
   Halide::Expr extent = f.out.output_buffers()[0].dim(0).extent();
-  f.out.specialize(extent <= f.chunk)
-      .split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
-      .vectorize(xv);
+  Halide::Stage single = f.out.specialize(extent <= f.chunk);
+  single.split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf).vectorize(xv);
   f.out.split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
       .vectorize(xv)
       .split(xvo, xo, xi, vectors_per_task, TailStrategy::GuardWithIf)
       .parallel(xo);
+  // Optional unroll of the vector loop (Schedule::unroll; chunk is a multiple of vector_width *
+  // unroll, so only the array's last step is ragged). Not applied at 1: default keys and code
+  // stay as they were.
+  if (s.unroll > 1) {
+    Halide::Var xu("xu"), xs("xs");
+    single.split(xvo, xs, xu, s.unroll, TailStrategy::GuardWithIf).unroll(xu);
+    f.out.split(xi, xs, xu, s.unroll, TailStrategy::GuardWithIf).unroll(xu);
+  }
   // All inputs of a vector are loaded before any output of it is stored: in place is safe by
   // construction rather than by LLVM's alias analysis.
   if (f.load.defined()) f.load.compute_at(f.out, xv);

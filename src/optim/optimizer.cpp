@@ -2,6 +2,9 @@
 // nothing: (1) resolve every group's kernel (may compile), (2) allocate missing state, (3) run.
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <utility>
 
 #include "optfuse/error.h"
 #include "optim/optimizer_impl.h"
@@ -94,29 +97,42 @@ void check_gc_shapes(const Options& options, const std::vector<Impl::Tensor>& te
                   "rows; none was given");
 }
 
-// The GC variant of a group's kernel, when GC is on and some tensor has >= 2 dims. It must take
-// the same arguments as the plain kernel (GC adds a row reduction, nothing else).
-std::shared_ptr<const Kernel> resolve_gc_kernel(Impl& impl, const Impl::Group& g,
-                                                const Kernel& plain) {
-  bool needed = false;
-  for (const auto& t : g.tensors) needed = needed || t.gc_cols(g.options) > 0;
-  if (!needed) return nullptr;
-  auto kernel = impl.engine->kernel(impl.rule->graph(g.options));
-  KernelSignature a = plain.signature(), b = kernel->signature();
-  b.per_row = false;
-  if (signature_text(a) != signature_text(b))
-    internal_error("the gradient-centralized kernel's arguments differ from the plain kernel's");
-  return kernel;
+// Each tensor's kernel: the gradient-centralized graph where GC applies, else the plain one; with
+// tuned schedules, the schedule for the tensor's size (a model has few distinct sizes, so this
+// makes few kernels). Every one takes the plain kernel's arguments (GC adds a row reduction only).
+void assign_tensor_kernels(Impl& impl, Impl::Group& g, const Graph& plain, const Kernel& reference) {
+  const bool by_size = impl.engine->tuned_schedules() > 0;
+  std::optional<Graph> centralized;
+  std::map<std::pair<bool, int64_t>, std::shared_ptr<const Kernel>> made;
+  for (auto& t : g.tensors) {
+    const bool gc = t.gc_cols(g.options) > 0;
+    if (gc && !centralized) centralized = impl.rule->graph(g.options);
+    const Graph& graph = gc ? *centralized : plain;
+    const int64_t n = by_size ? t.ref.param.numel : 0;
+    auto& k = made[{gc, n}];
+    if (!k) {
+      k = by_size ? impl.engine->kernel(graph, n) : impl.engine->kernel(graph);
+      KernelSignature a = reference.signature(), b = k->signature();
+      b.per_row = false;
+      if (signature_text(a) != signature_text(b))
+        internal_error("a tensor kernel's arguments differ from the group's plain kernel's");
+    }
+    t.kernel = k;
+  }
 }
 
 // Binds a group to the kernel for its current structure (compiling on first use).
 void resolve_kernel(Impl& impl, Impl::Group& g) {
   std::string structure = impl.rule->structure(g.options);
-  if (g.kernel && g.structure == structure) return;
+  // (load_state replaces the tensors, so each must still have its kernel.)
+  if (g.kernel && g.structure == structure &&
+      std::all_of(g.tensors.begin(), g.tensors.end(), [](const Impl::Tensor& t) { return t.kernel; }))
+    return;
   Options plain = g.options;
   if (plain.value("grad_centralization", false)) plain["grad_centralization"] = false;
-  auto kernel = impl.engine->kernel(impl.rule->graph(plain));
-  auto gc_kernel = resolve_gc_kernel(impl, g, *kernel);
+  const Graph plain_graph = impl.rule->graph(plain);
+  auto kernel = impl.engine->kernel(plain_graph);  // the group's signature
+  assign_tensor_kernels(impl, g, plain_graph, *kernel);
   std::vector<std::string> names = impl.rule->state_names(g.options);
   std::vector<int> slots;
   for (const auto& in : kernel->signature().inputs) {
@@ -135,7 +151,6 @@ void resolve_kernel(Impl& impl, Impl::Group& g) {
     output_input.push_back(static_cast<size_t>(i));
   }
   g.kernel = std::move(kernel);
-  g.gc_kernel = std::move(gc_kernel);
   g.structure = std::move(structure);
   g.state_slot = std::move(slots);
   g.state_names = std::move(names);
@@ -189,7 +204,7 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   call.outputs.resize(g.output_input.size());
   for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
   call.cols = t.gc_cols(g.options);
-  (call.cols > 0 ? g.gc_kernel : g.kernel)->run(call);
+  t.kernel->run(call);
 }
 
 // One group's kernel calls. Tensors small enough to be a single task each are spread over all
@@ -197,7 +212,6 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
 // each parallel inside its kernel.
 void run_group(Impl& impl, Impl::Group& g, const std::vector<const Impl::Tensor*>& created) {
   const int threads = impl.engine->num_threads();
-  const int64_t single_task = impl.engine->options().schedule.min_task;
   g.lanes.resize(static_cast<size_t>(threads));
   for (auto& lane : g.lanes) lane.memo.valid = false;
   auto created_now = [&](const Impl::Tensor& t) {
@@ -205,7 +219,7 @@ void run_group(Impl& impl, Impl::Group& g, const std::vector<const Impl::Tensor*
   };
   std::vector<Impl::Tensor*> small;
   for (auto& t : g.tensors) {
-    if (t.ref.param.numel <= single_task)
+    if (t.ref.param.numel <= t.kernel->schedule().min_task)  // runs as one task: spread them
       small.push_back(&t);
     else
       run_tensor(impl, g, g.lanes[0], t, created_now(t));
@@ -276,7 +290,7 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
     if (r.grad.numel != r.param.numel)
       throw Error(who + ": grad has " + std::to_string(r.grad.numel) + " elements but param has " +
                   std::to_string(r.param.numel));
-    g.tensors.push_back(Impl::Tensor{r, 0, {}, {}});
+    g.tensors.push_back(Impl::Tensor{r, 0, {}, {}, nullptr});
   }
   std::vector<Span> spans = all_spans(impl_->groups);
   for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
@@ -373,20 +387,21 @@ std::vector<Optimizer::KernelUse> Optimizer::kernel_uses() const {
   std::vector<KernelUse> uses;
   for (const auto& g : impl_->groups) {
     if (!g.kernel) continue;
-    for (const Kernel* k : {g.kernel.get(), g.gc_kernel.get()}) {
-      if (!k) continue;
+    std::vector<const Kernel*> counted;  // this group's kernels (several with tuned schedules)
+    for (const auto& t : g.tensors) {
+      const Kernel* k = t.kernel.get();
       auto it = std::find_if(uses.begin(), uses.end(),
                              [&](const KernelUse& u) { return u.key == k->key(); });
       if (it == uses.end()) {
         uses.push_back({k->key(), k->name(), 0, 0, 0});
         it = uses.end() - 1;
       }
-      it->groups += 1;
-      for (const auto& t : g.tensors) {
-        if ((t.gc_cols(g.options) > 0) != (k == g.gc_kernel.get())) continue;
-        it->tensors += 1;
-        it->elements += t.ref.param.numel;
+      if (std::find(counted.begin(), counted.end(), k) == counted.end()) {
+        counted.push_back(k);
+        it->groups += 1;
       }
+      it->tensors += 1;
+      it->elements += t.ref.param.numel;
     }
   }
   return uses;

@@ -22,16 +22,16 @@ struct Optimizer::Impl {
       if (ref.param.shape.size() < 2 || !options.value("grad_centralization", false)) return 0;
       return ref.param.numel / ref.param.shape[0];
     }
+    // The kernel this tensor runs: the group's graph (gradient-centralized where GC applies)
+    // with the group's schedule, or the tuned one for its size. Same arguments as Group::kernel.
+    std::shared_ptr<const Kernel> kernel;
   };
   struct Group {
     Options options;  // defaults merged with overrides, validated
     std::vector<Tensor> tensors;
     // Resolved at the first step after a structural change:
     std::string structure;
-    std::shared_ptr<const Kernel> kernel;
-    // With grad_centralization: the kernel for tensors with >= 2 dims (same signature as
-    // `kernel` plus per_row; null when GC is off or no tensor has 2 dims).
-    std::shared_ptr<const Kernel> gc_kernel;
+    std::shared_ptr<const Kernel> kernel;  // the plain graph's: the signature every tensor's takes
     std::vector<int> state_slot;  // kernel input position -> index into state_names (-1: p / g)
     std::vector<std::string> state_names;
     std::vector<size_t> output_input;  // kernel output position -> the input position it replaces

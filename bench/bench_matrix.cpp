@@ -1,0 +1,126 @@
+// Every library optimizer x dtype x size: Optimizer::step() on one tensor of n elements, n = 2^10
+// (L1-resident) .. 2^26 (far past L3), every factor of 4, with its defaults.
+//
+// Counters: `GBps` (bytes_per_step() / step time: the update's useful traffic), `ceiling_GBps`
+// (the 4-read-3-write kernel of tools/bandwidth.h over arrays of the same size, same engine and
+// schedule) and `share` = GBps / ceiling_GBps as the MEDIAN OF PAIRS: every timed step is
+// followed by one timed ceiling pass (not counted in the step time), so both see the same machine
+// state. Optimizers that move less than 28 B/element (SGD without momentum: 12) have a lower
+// attainable share; compare them with each other, not with 1.0.
+//
+// Tuned schedules: with OPTFUSE_SCHEDULES set (a database file or directory, see
+// include/optfuse/schedules.h) the engine uses them and the label says "tuned".
+// Dtypes: the optimizer's parameter dtype. Only f32 today; the axis is here for bf16/f16
+// parameters (add them to kDtypes with the config key that selects them).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/support.h"
+#include "optfuse/optfuse.hpp"
+#include "tools/bandwidth.h"
+
+namespace optfuse::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct DtypeAxis {
+  const char* name;
+  Options config;  // merged into the optimizer config (empty for f32)
+};
+const std::vector<DtypeAxis> kDtypes = {{"f32", Options::object()}};
+
+Engine& matrix_engine() {
+  static Engine e([] {
+    EngineOptions eo;
+    eo.schedule_db = default_schedule_db();  // $OPTFUSE_SCHEDULES or none
+    return eo;
+  }());
+  return e;
+}
+
+double seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+void BM_Matrix(benchmark::State& state, const std::string& type, const DtypeAxis& dtype) {
+  const int64_t n = state.range(0);
+  try {
+    Engine& e = matrix_engine();
+    Arrays a(5, n);  // param, grad; the ceiling's p, m, v (it reads the optimizer's grad)
+    Options config = {{"type", type}};
+    config.update(dtype.config);
+    auto opt = Optimizer::create(e, config);
+    opt->add_param_group({{{a[0], n, {}}, {a[1], n, {}}, "w"}});
+    auto ceiling = e.kernel(tools::stream_4r3w_graph(), n);
+    KernelCall ceiling_call = make_call(*ceiling, {{"param", a[2]}, {"grad", a[1]},
+                                                   {"exp_avg", a[3]}, {"exp_avg_sq", a[4]}},
+                                        {}, n);
+    for (int i = 0; i < 3; ++i) {  // the first step compiles and creates the state
+      opt->step();
+      ceiling->run(ceiling_call);
+    }
+    const double bytes = static_cast<double>(opt->bytes_per_step());
+    const double ceiling_bytes = 28.0 * static_cast<double>(n);
+    std::vector<double> t_step, t_ceiling, shares;
+    for (auto _ : state) {
+      auto t0 = Clock::now();
+      opt->step();
+      double ts = seconds(t0);
+      state.SetIterationTime(ts);
+      t0 = Clock::now();
+      ceiling->run(ceiling_call);
+      double tc = seconds(t0);
+      t_step.push_back(ts);
+      t_ceiling.push_back(tc);
+      shares.push_back((bytes / ts) / (ceiling_bytes / tc));
+    }
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * opt->bytes_per_step());
+    state.counters["GBps"] = bytes / median(t_step) / 1e9;
+    state.counters["ceiling_GBps"] = ceiling_bytes / median(t_ceiling) / 1e9;
+    state.counters["share"] = median(shares);
+    state.counters["B_per_elem"] = bytes / static_cast<double>(n);
+    auto uses = opt->kernel_uses();
+    bool tuned = false;
+    e.schedule_for(update_graph(config), n, &tuned);
+    state.SetLabel(uses.empty() ? type
+                                : uses[0].name + " " + uses[0].key.substr(0, 16) + " " +
+                                      (tuned ? "tuned" : "default"));
+  } catch (const std::exception& ex) {
+    state.SkipWithError(ex.what());
+  }
+}
+
+// Size-major (every optimizer at one size, then the next): neighbouring runs compare.
+void register_all() {
+  for (int64_t n = int64_t{1} << 10; n <= int64_t{1} << 26; n *= 4)
+    for (const DtypeAxis& d : kDtypes)
+      for (const std::string& type : optimizer_types())
+        benchmark::RegisterBenchmark(("Matrix/" + type + "/" + d.name).c_str(),
+                                     [type, &d](benchmark::State& s) { BM_Matrix(s, type, d); })
+            ->Arg(n)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+}  // namespace optfuse::bench
+
+int main(int argc, char** argv) {
+  optfuse::bench::register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,79 @@
+#pragma once
+// The schedule database: the best measured Schedule per (kernel structure, target, size), written
+// by `optfuse tune` (one JSON file per target, `schedules/<target>.json`) and read by the engine.
+//
+//   EngineOptions eo;
+//   eo.schedule_db = "schedules";             // a directory (<dir>/<resolved target>.json) or a file
+//   Engine engine(eo);
+//   auto k = engine.kernel(graph, n);         // the tuned schedule nearest n elements, else default
+//
+// Sizes: each entry was measured at `n` elements per tensor (the tuner measures a cache-resident
+// size and one far past the last-level cache). A call of n elements uses the entry whose measured
+// size is nearest in log scale (2^20 and 2^26 measured: up to 2^23 takes the first). No entry for
+// the graph and target: the engine's default schedule.
+//
+// The file format (deterministic: entries sorted by graph, then n; keys sorted; two-space indent):
+//   {"format": "optfuse-schedules-1", "target": "<resolved target>",
+//    "entries": [{"graph": "<structural hash>", "name": "adamw", "n": 1048576,
+//                 "size_class": "cache" | "memory", "schedule": {"vector_width": 16, ...,
+//                 "str": "v16.t1.m16384"}, "gbps": ..., "default_gbps": ..., "ratio": ...,
+//                 "threads": 2, "date": "2026-11-30"}, ...]}
+// `ratio` is the median of paired default/tuned call times (> 1: the tuned one is faster).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "optfuse/engine.h"
+
+namespace optfuse {
+
+struct TunedSchedule {
+  std::string graph;       // structural hash (hex) of the canonical graph
+  std::string name;        // the graph's name, for readers only
+  int64_t n = 0;           // elements per tensor it was measured at
+  std::string size_class;  // "cache" (fits the last-level cache) or "memory", for readers only
+  Schedule schedule;       // resolved for the database's target
+  double gbps = 0;         // measured with `schedule`
+  double default_gbps = 0; // measured with the default schedule, interleaved
+  double ratio = 1;        // median of paired default/tuned times
+  int threads = 0;         // worker threads it was measured with
+  std::string date;        // UTC, YYYY-MM-DD
+};
+
+class ScheduleDb {
+ public:
+  static constexpr const char* kFormat = "optfuse-schedules-1";
+
+  explicit ScheduleDb(std::string target = "") : target_(std::move(target)) {}
+
+  // Reads a database file; Error naming the file and the field at fault.
+  static ScheduleDb load(const std::string& path);
+  static ScheduleDb parse(const std::string& text, const std::string& origin);
+  // The deterministic text (same entries -> same bytes) and an atomic write of it.
+  std::string text() const;
+  void save(const std::string& path) const;
+
+  const std::string& target() const { return target_; }
+  const std::vector<TunedSchedule>& entries() const { return entries_; }  // sorted (graph, n)
+
+  // Adds `e`, replacing an entry with the same graph and n.
+  void put(TunedSchedule e);
+  // The entry for `graph` measured nearest `n` elements (log scale; ties: the smaller size), or
+  // null if the database has none for that graph.
+  const TunedSchedule* find(const std::string& graph, int64_t n) const;
+
+ private:
+  std::string target_;
+  std::vector<TunedSchedule> entries_;
+};
+
+// The database file for `resolved_target` named by `path`: `path` itself if it is a file,
+// `<path>/<resolved_target>.json` if it is a directory (which may not exist: then ""), "" if
+// `path` is "".
+std::string schedule_db_file(const std::string& path, const std::string& resolved_target);
+
+// Where tools look when not told: $OPTFUSE_SCHEDULES (a file or directory) if set, else
+// `fallback_dir` (e.g. the repository's schedules/). The result is for EngineOptions::schedule_db.
+std::string default_schedule_db(const std::string& fallback_dir = "");
+
+}  // namespace optfuse
