@@ -5,4 +5,5 @@
 #include "optfuse/engine.h"
 #include "optfuse/error.h"
 #include "optfuse/graph.h"
+#include "optfuse/idioms.h"
 #include "optfuse/optim.h"
