@@ -84,8 +84,8 @@ TEST(CustomOptimizer, JsonLionIsTheBuiltInKernelBitForBit) {
   Engine& e = testing::shared_engine();
   Tensors ta = make_tensors(3000, 1), tb = make_tensors(3000, 1);
   auto lion = Optimizer::create(e, {{"type", "lion"}, {"lr", 3e-3}});
-  auto mine = Optimizer::create(
-      e, {{"type", "custom"}, {"rule", Options::parse(kLionJson)}, {"lr", 3e-3}});
+  auto mine =
+      Optimizer::create(e, {{"type", "custom"}, {"rule", Options::parse(kLionJson)}, {"lr", 3e-3}});
   EXPECT_EQ(mine->type(), "my_lion");
   lion->add_param_group({ref(ta)}, {{"weight_decay", 0.1}});
   mine->add_param_group({ref(tb)}, {{"weight_decay", 0.1}});
@@ -162,7 +162,10 @@ TEST(CustomOptimizer, OpByOpAdamIsTheLibraryAdamBitForBit) {
   Engine& e = testing::shared_engine();
   Options rule = {{"name", "my_adam"},
                   {"defaults",
-                   {{"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.0},
+                   {{"lr", 1e-3},
+                    {"betas", {0.9, 0.999}},
+                    {"eps", 1e-8},
+                    {"weight_decay", 0.0},
                     {"maximize", false}}},
                   {"graph", Options::parse(print_json(parse(kUserAdamText)))}};
   for (bool maximize : {false, true}) {
@@ -206,11 +209,11 @@ Graph adan_graph(const Options&) {
 
 TEST(CustomOptimizer, AdanFromCppMatchesADoubleReference) {
   static bool registered = [] {
-    register_optimizer({"adan",
-                        {{"lr", 1e-3}, {"betas", {0.98, 0.92, 0.99}}, {"eps", 1e-8},
-                         {"weight_decay", 0.0}},
-                        adan_graph,
-                        nullptr});
+    register_optimizer(
+        {"adan",
+         {{"lr", 1e-3}, {"betas", {0.98, 0.92, 0.99}}, {"eps", 1e-8}, {"weight_decay", 0.0}},
+         adan_graph,
+         nullptr});
     return true;
   }();
   ASSERT_TRUE(registered);

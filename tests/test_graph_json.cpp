@@ -17,7 +17,8 @@ void expect_round_trip(const Graph& g) {
 }
 
 TEST(GraphJson, LibraryGraphsRoundTrip) {
-  for (const std::string& type : optimizer_types()) expect_round_trip(update_graph({{"type", type}}));
+  for (const std::string& type : optimizer_types())
+    expect_round_trip(update_graph({{"type", type}}));
   expect_round_trip(update_graph({{"type", "sgd"}, {"momentum", 0.9}, {"nesterov", true}}));
   expect_round_trip(update_graph({{"type", "adamw"}, {"amsgrad", true}}));
 }
@@ -81,16 +82,22 @@ void expect_error(const std::string& json, const std::string& fragment) {
 
 TEST(GraphJson, ErrorsNameTheJsonPath) {
   const std::string head = R"({"inputs": [{"name": "p", "role": "param"}], "scalars": ["lr"], )";
-  expect_error(head + R"("nodes": [{"id": "a", "op": "mul", "args": ["lr", "q"]}], "outputs": {"p": "a"}})",
-               "graph JSON /nodes/0/args/1: \"q\" is not defined");
-  expect_error(head + R"("nodes": [{"id": "a", "op": "fma", "args": ["lr", "p"]}], "outputs": {"p": "a"}})",
-               "/nodes/0/op: unknown op \"fma\"");
-  expect_error(head + R"("nodes": [{"id": "a", "op": "sqrt", "args": ["lr", "p"]}], "outputs": {"p": "a"}})",
-               "/nodes/0/args: sqrt takes 1 operands, got 2");
-  expect_error(head + R"("nodes": [{"id": "lr", "op": "neg", "args": ["p"]}], "outputs": {"p": "lr"}})",
-               "/nodes/0: \"lr\" is already defined");
-  expect_error(head + R"("nodes": [{"id": "a", "op": "neg", "args": ["p"], "attrs": {"axis": 1}}], "outputs": {"p": "a"}})",
-               "/nodes/0/attrs: neg takes no attributes");
+  expect_error(
+      head + R"("nodes": [{"id": "a", "op": "mul", "args": ["lr", "q"]}], "outputs": {"p": "a"}})",
+      "graph JSON /nodes/0/args/1: \"q\" is not defined");
+  expect_error(
+      head + R"("nodes": [{"id": "a", "op": "fma", "args": ["lr", "p"]}], "outputs": {"p": "a"}})",
+      "/nodes/0/op: unknown op \"fma\"");
+  expect_error(
+      head + R"("nodes": [{"id": "a", "op": "sqrt", "args": ["lr", "p"]}], "outputs": {"p": "a"}})",
+      "/nodes/0/args: sqrt takes 1 operands, got 2");
+  expect_error(
+      head + R"("nodes": [{"id": "lr", "op": "neg", "args": ["p"]}], "outputs": {"p": "lr"}})",
+      "/nodes/0: \"lr\" is already defined");
+  expect_error(
+      head +
+          R"("nodes": [{"id": "a", "op": "neg", "args": ["p"], "attrs": {"axis": 1}}], "outputs": {"p": "a"}})",
+      "/nodes/0/attrs: neg takes no attributes");
   expect_error(head + R"("nodes": [], "outputs": {"lr": "p"}})", "/outputs/lr: output \"lr\"");
   expect_error(R"({"inputs": [{"name": "p", "role": "weights"}], "outputs": {}})",
                "/inputs/0/role: expected param, grad or state");
@@ -101,9 +108,10 @@ TEST(GraphJson, ErrorsNameTheJsonPath) {
   expect_error(R"([1, 2])", "graph JSON /: a graph must be a JSON object");
   expect_error(R"({"inputs": [)", "not valid JSON");
   // Graph-level errors (dtypes) carry the node's path too.
-  expect_error(R"({"inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad", "dtype": "f64"}],
+  expect_error(
+      R"({"inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad", "dtype": "f64"}],
                    "nodes": [{"id": "a", "op": "add", "args": ["p", "g"]}], "outputs": {"p": "a"}})",
-               "/nodes/0: add: operand 2 has dtype f64");
+      "/nodes/0: add: operand 2 has dtype f64");
 }
 
 }  // namespace

@@ -175,22 +175,26 @@ TEST(Idioms, HostScalarsEqualTheLibrarysBitForBit) {
   std::map<std::string, double> lib;
   optim::make_rule("adamw")->scalars(h, optim::TensorStep{7, false, nullptr}, &lib);
   std::map<std::string, double> got = n.kernel_scalars({{"lr", 3e-4},
-                                                         {"beta1", 0.85},
-                                                         {"beta2", 0.995},
-                                                         {"eps", 1e-8},
-                                                         {"weight_decay", 0.05},
-                                                         {"step", 7},
-                                                         {"maximize", 0}});
+                                                        {"beta1", 0.85},
+                                                        {"beta2", 0.995},
+                                                        {"eps", 1e-8},
+                                                        {"weight_decay", 0.05},
+                                                        {"step", 7},
+                                                        {"maximize", 0}});
   ASSERT_EQ(got.size(), lib.size() - 1);  // AdamW's graph reads no "weight_decay"
   for (const auto& [name, value] : got) EXPECT_EQ(value, lib.at(name)) << name;
 }
 
 TEST(Idioms, UserSpellingsKeepTheirValues) {
-  std::map<std::string, double> s = {{"lr", 1e-2},         {"beta1", 0.9}, {"beta2", 0.999},
-                                     {"eps", 1e-8},        {"weight_decay", 0.1},
+  std::map<std::string, double> s = {{"lr", 1e-2},
+                                     {"beta1", 0.9},
+                                     {"beta2", 0.999},
+                                     {"eps", 1e-8},
+                                     {"weight_decay", 0.1},
                                      {"bias_correction1", 1 - std::pow(0.9, 3)},
                                      {"bias_correction2", 1 - std::pow(0.999, 3)},
-                                     {"step", 3},          {"maximize", 1}};
+                                     {"step", 3},
+                                     {"maximize", 1}};
   expect_same_values(parse(kUserAdam), s);
   expect_same_values(parse(kUserAdamW), s);
   s["maximize"] = 0;
@@ -233,9 +237,16 @@ void expect_one_normal_form(const std::vector<Spelling>& spellings, const std::s
     if (i == 0) first = print(n.graph);
     EXPECT_EQ(print(n.graph), first) << idiom << " spelling " << i;
     if (i > 0) EXPECT_TRUE(has(n.idioms, idiom)) << idiom << " spelling " << i;
-    expect_same_values(g, {{"lr", 1e-2}, {"weight_decay", 0.1}, {"bias_correction1", 0.271},
-                           {"bias_correction2", 0.003}, {"eps", 1e-8}, {"w", 0.1}, {"beta1", 0.9},
-                           {"step", 3}, {"step_size", 0.5}, {"decay", 0.999},
+    expect_same_values(g, {{"lr", 1e-2},
+                           {"weight_decay", 0.1},
+                           {"bias_correction1", 0.271},
+                           {"bias_correction2", 0.003},
+                           {"eps", 1e-8},
+                           {"w", 0.1},
+                           {"beta1", 0.9},
+                           {"step", 3},
+                           {"step_size", 0.5},
+                           {"decay", 0.999},
                            {"inv_bias_correction2_sqrt", 18.0}});
   }
 }
@@ -253,7 +264,9 @@ TEST(Idioms, SpellingsOfOneIdiomShareOneNormalForm) {
   expect_one_normal_form(
       {[&](Graph& g) { return p(g) - s(g, "step_size") * g.grad("grad"); },
        [&](Graph& g) { return p(g) - s(g, "lr") * (g.grad("grad") / s(g, "bias_correction1")); },
-       [&](Graph& g) { return p(g) - g.grad("grad") * (1.0 / s(g, "bias_correction1")) * s(g, "lr"); },
+       [&](Graph& g) {
+         return p(g) - g.grad("grad") * (1.0 / s(g, "bias_correction1")) * s(g, "lr");
+       },
        [&](Graph& g) {
          Value bc1 = 1.0 - pow(s(g, "beta1"), s(g, "step"));
          return p(g) - s(g, "lr") * (g.grad("grad") / bc1);
@@ -279,11 +292,10 @@ TEST(Idioms, SpellingsOfOneIdiomShareOneNormalForm) {
        [&](Graph& g) { return p(g) - s(g, "lr") * (s(g, "weight_decay") * p(g)) - g.grad("grad"); },
        [&](Graph& g) { return p(g) * (1.0 - s(g, "weight_decay") * s(g, "lr")) - g.grad("grad"); }},
       "decoupled_weight_decay");
-  expect_one_normal_form(
-      {[&](Graph& g) { return p(g) + s(g, "w") * (g.grad("grad") - p(g)); },
-       [&](Graph& g) { return p(g) - s(g, "w") * (p(g) - g.grad("grad")); },
-       [&](Graph& g) { return (g.grad("grad") - p(g)) * s(g, "w") + p(g); }},
-      "lerp");
+  expect_one_normal_form({[&](Graph& g) { return p(g) + s(g, "w") * (g.grad("grad") - p(g)); },
+                          [&](Graph& g) { return p(g) - s(g, "w") * (p(g) - g.grad("grad")); },
+                          [&](Graph& g) { return (g.grad("grad") - p(g)) * s(g, "w") + p(g); }},
+                         "lerp");
 }
 
 TEST(Idioms, UnknownUniformsAreHoistedUnderTheirFormula) {
@@ -329,12 +341,43 @@ TEST(Idioms, NegativesAreLeftAlone) {
   EXPECT_TRUE(n.idioms.empty()) << n.idioms.front();
 }
 
+TEST(Idioms, DescribeListsIdiomsAndHostFormulas) {
+  std::string text = describe(normalize(parse(kUserAdamW)));
+  EXPECT_NE(text.find("decoupled_weight_decay"), std::string::npos) << text;
+  EXPECT_NE(text.find("  step_size = lr/(1-pow(beta1,step))\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  decay = 1-(lr*weight_decay)\n"), std::string::npos) << text;
+}
+
+// The exact rules run inside canonicalize(): spellings with negations share one structural hash.
+TEST(Canonical, NegationsFoldIntoTheirOp) {
+  Graph a = parse(R"(graph "t" {
+    %0 = param.f32 "p"
+    %1 = grad.f32 "g"
+    %2 = neg.f32 %1
+    %3 = add.f32 %0, %2
+    %4 = neg.f32 %0
+    %5 = mul.f32 %4, %2
+    %6 = sub.f32 %3, %5
+    out "p" = %6
+  })");
+  Graph b = parse(R"(graph "t" {
+    %0 = param.f32 "p"
+    %1 = grad.f32 "g"
+    %2 = sub.f32 %0, %1
+    %3 = mul.f32 %0, %1
+    %4 = sub.f32 %2, %3
+    out "p" = %4
+  })");
+  EXPECT_EQ(print(canonicalize(a)), print(canonicalize(b)));
+  EXPECT_EQ(print(canonicalize(canonicalize(a))), print(canonicalize(a)));
+}
+
 TEST(Idioms, RuleListNamesEveryIdiom) {
   std::vector<std::string> names;
   for (const IdiomInfo& i : idiom_rules()) names.push_back(i.name);
-  for (const char* want : {"lerp", "ema", "bias_correction", "decoupled_weight_decay",
-                           "l2_weight_decay", "nesterov", "adam_denominator",
-                           "gradient_centralization"})
+  for (const char* want :
+       {"lerp", "ema", "bias_correction", "decoupled_weight_decay", "l2_weight_decay", "nesterov",
+        "adam_denominator", "gradient_centralization"})
     EXPECT_TRUE(has(names, want)) << want;
 }
 

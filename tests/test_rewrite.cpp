@@ -20,8 +20,9 @@ NodeId out_node(const Graph& g, const std::string& name) {
 
 // x - w*(x - y): the lerp spelling, with the repeated binding x.
 Pattern lerp_spelling() {
-  return Pattern(Op::Sub, {tensor("x"), Pattern(Op::Mul, {uniform("w"),
-                                                          Pattern(Op::Sub, {any("x"), any("y")})})});
+  return Pattern(
+      Op::Sub,
+      {tensor("x"), Pattern(Op::Mul, {uniform("w"), Pattern(Op::Sub, {any("x"), any("y")})})});
 }
 
 TEST(Matcher, RepeatedNameBindsTheSameNode) {

@@ -186,7 +186,8 @@ Graph parse_json(std::string_view text);
 std::string print_json(const Graph& g);
 
 // ---- Canonical form and structural hash ----------------------------------------------------
-// canonicalize(): folds constants, applies exact identities (x*1, x-0, --x), eliminates common
+// canonicalize(): folds constants, applies exact identities (x*1, x-0, --x) and the exact rewrite
+// rules (x + -y -> x - y, x - -y -> x + y, -x * -y -> x * y, -x / -y -> x / y), eliminates common
 // subexpressions and dead nodes, orders commutative operands canonically, and numbers nodes in a
 // canonical order (inputs by role then name, scalars by name, then operations depth-first from
 // the outputs sorted by name). Two graphs describing the same update — built in any order, with

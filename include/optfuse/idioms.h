@@ -34,8 +34,8 @@ namespace optfuse {
 struct HostExpr {
   Op op = Op::Const;
   DType dtype = DType::F32;
-  double value = 0;          // Const
-  std::string name;          // Scalar: the source graph's scalar
+  double value = 0;  // Const
+  std::string name;  // Scalar: the source graph's scalar
   std::vector<HostExpr> args;
 
   // Evaluates in double from `scalars` (by name; bool scalars as 0 / 1); Error naming a missing
@@ -55,6 +55,10 @@ struct NormalizedGraph {
   // The kernel's scalar values (every scalar of `graph`, by name) from the source graph's.
   std::map<std::string, double> kernel_scalars(const std::map<std::string, double>& source) const;
 };
+
+// A readable account for `optfuse explain`: the idioms matched, then one line per host scalar
+// ("step_size = lr/bias_correction1").
+std::string describe(const NormalizedGraph& n);
 
 // Idiom rules to a fixed point, then host scalars, then canonicalize(). Error if the rules do not
 // converge (a bug in a rule).

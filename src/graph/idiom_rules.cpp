@@ -59,23 +59,28 @@ void add_ema_and_lerp(rewrite::RuleSet& rules) {
   // EMA b*x + (1-b)*y, torch's mul_/add_ (and addcmul_) form; also with "one_minus_b" hoisted.
   // Not rewritten into lerp: the two round differently and torch uses each in different places
   // (Adam: lerp for exp_avg, mul/addcmul for exp_avg_sq), so both are normal forms.
-  rules.add({"ema",
-             P(Op::Add, {P(Op::Mul, {uniform("b"), tensor()}), P(Op::Mul, {uniform("c"), tensor()})}),
-             [](Graph& g, const Match& m) -> Result {
-               if (is_one_minus(g, m["c"], m["b"]) || is_one_minus(g, m["b"], m["c"]))
-                 return recognized(m);
-               return std::nullopt;
-             }});
+  rules.add(
+      {"ema",
+       P(Op::Add, {P(Op::Mul, {uniform("b"), tensor()}), P(Op::Mul, {uniform("c"), tensor()})}),
+       [](Graph& g, const Match& m) -> Result {
+         if (is_one_minus(g, m["c"], m["b"]) || is_one_minus(g, m["b"], m["c"]))
+           return recognized(m);
+         return std::nullopt;
+       }});
   // lerp(x, y, w) = x + w*(y - x), torch's lerp for w < 0.5: the normal form.
-  rules.add({"lerp", P(Op::Add, {tensor("x"), P(Op::Mul, {uniform("w"), P(Op::Sub, {any("y"), any("x")})})}),
-             [](Graph&, const Match& m) -> Result { return recognized(m); }});
+  rules.add(
+      {"lerp",
+       P(Op::Add, {tensor("x"), P(Op::Mul, {uniform("w"), P(Op::Sub, {any("y"), any("x")})})}),
+       [](Graph&, const Match& m) -> Result { return recognized(m); }});
   // x - w*(x - y) -> x + w*(y - x). Exact except the sign of a zero result (x = y = -0 gives -0
   // before and +0 after): -(a - b) is b - a, w*(-d) is -(w*d) and x - (-e) is x + e in IEEE.
-  rules.add({"lerp", P(Op::Sub, {tensor("x"), P(Op::Mul, {uniform("w"), P(Op::Sub, {any("x"), any("y")})})}),
-             [](Graph& g, const Match& m) -> Result {
-               Value x = g.value(m["x"]), y = g.value(m["y"]), w = g.value(m["w"]);
-               return (x + w * (y - x)).id();
-             }});
+  rules.add(
+      {"lerp",
+       P(Op::Sub, {tensor("x"), P(Op::Mul, {uniform("w"), P(Op::Sub, {any("x"), any("y")})})}),
+       [](Graph& g, const Match& m) -> Result {
+         Value x = g.value(m["x"]), y = g.value(m["y"]), w = g.value(m["w"]);
+         return (x + w * (y - x)).id();
+       }});
 }
 
 void add_scalar_separation(rewrite::RuleSet& rules) {
@@ -84,7 +89,8 @@ void add_scalar_separation(rewrite::RuleSet& rules) {
   // Reassociation: each side rounds twice, so results may differ by an ulp; the uniform product
   // is computed on the host in double and rounded once, which is the more accurate of the two.
   // A square (s*g)*(s*g) is left whole: its factor is computed once and shared.
-  rules.add({"uniform_factor", P(Op::Mul, {P(Op::Mul, {uniform("u"), tensor("x")}, "ux"), tensor("y")}),
+  rules.add({"uniform_factor",
+             P(Op::Mul, {P(Op::Mul, {uniform("u"), tensor("x")}, "ux"), tensor("y")}),
              [](Graph& g, const Match& m) -> Result {
                if (m["ux"] == m["y"]) return std::nullopt;
                Value u = g.value(m["u"]), x = g.value(m["x"]), y = g.value(m["y"]);
@@ -111,7 +117,8 @@ void add_bias_correction(rewrite::RuleSet& rules) {
                Value x = g.value(m["x"]), bc = g.value(m["bc"]);
                return (x * (1.0 / bc)).id();
              }});
-  rules.add({"bias_correction", P(Op::Mul, {tensor(), P(Op::Div, {constant(1), bias_correction("")})}),
+  rules.add({"bias_correction",
+             P(Op::Mul, {tensor(), P(Op::Div, {constant(1), bias_correction("")})}),
              [](Graph&, const Match& m) -> Result { return recognized(m); }});
 }
 
@@ -119,20 +126,23 @@ void add_adam_denominator(rewrite::RuleSet& rules) {
   // sqrt(v * (1/bc2)) -> sqrt(v) * (1/sqrt(bc2)): torch's denom = sqrt(v) / sqrt(bc2) + eps with
   // the reciprocal on the host, as the library computes it. bc2 > 0, so this holds in real
   // arithmetic for every v (NaN for v < 0 either way); the roundings differ by about an ulp.
+  rules.add(
+      {"adam_denominator",
+       P(Op::Sqrt, {P(Op::Mul, {tensor("v"), P(Op::Div, {constant(1), bias_correction("bc")})})}),
+       [](Graph& g, const Match& m) -> Result {
+         Value v = g.value(m["v"]), bc = g.value(m["bc"]);
+         return (sqrt(v) * (1.0 / sqrt(bc))).id();
+       }});
   rules.add({"adam_denominator",
-             P(Op::Sqrt, {P(Op::Mul, {tensor("v"), P(Op::Div, {constant(1), bias_correction("bc")})})}),
-             [](Graph& g, const Match& m) -> Result {
-               Value v = g.value(m["v"]), bc = g.value(m["bc"]);
-               return (sqrt(v) * (1.0 / sqrt(bc))).id();
-             }});
-  rules.add({"adam_denominator", P(Op::Add, {P(Op::Mul, {P(Op::Sqrt, {tensor()}), uniform()}), uniform()}),
+             P(Op::Add, {P(Op::Mul, {P(Op::Sqrt, {tensor()}), uniform()}), uniform()}),
              [](Graph&, const Match& m) -> Result { return recognized(m); }});
 }
 
 void add_weight_decay(rewrite::RuleSet& rules) {
   // Decoupled (AdamW, Lion): p - u*p -> p * (1 - u), torch's p.mul_(1 - lr * weight_decay).
   // One multiply by a host-rounded factor instead of a multiply and a subtract: ~1 ulp apart.
-  rules.add({"decoupled_weight_decay", P(Op::Sub, {tensor("x"), P(Op::Mul, {uniform("u"), any("x")})}),
+  rules.add({"decoupled_weight_decay",
+             P(Op::Sub, {tensor("x"), P(Op::Mul, {uniform("u"), any("x")})}),
              [](Graph& g, const Match& m) -> Result {
                Value x = g.value(m["x"]), u = g.value(m["u"]);
                return (x * (1.0 - u)).id();
@@ -167,26 +177,55 @@ void add_sign_and_nesterov(rewrite::RuleSet& rules) {
              }});
   // Nesterov look-ahead: d + mu * b' where b' = a*b + c*d is the momentum buffer just updated
   // from the same d (the repeated binding "d").
-  rules.add({"nesterov",
-             P(Op::Add, {tensor("d"),
-                         P(Op::Mul, {uniform(), P(Op::Add, {P(Op::Mul, {uniform(), input(Role::State)}),
-                                                            P(Op::Mul, {uniform(), any("d")})})})}),
-             [](Graph&, const Match& m) -> Result { return recognized(m); }});
+  rules.add(
+      {"nesterov",
+       P(Op::Add, {tensor("d"),
+                   P(Op::Mul, {uniform(), P(Op::Add, {P(Op::Mul, {uniform(), input(Role::State)}),
+                                                      P(Op::Mul, {uniform(), any("d")})})})}),
+       [](Graph&, const Match& m) -> Result { return recognized(m); }});
 }
 
 }  // namespace
+
+// Negations folded into the op: IEEE defines x - y as x + (-y), and a sign flip commutes with
+// rounding, so each pair below is the same result bit for bit, signed zeros included.
+const rewrite::RuleSet& exact_rule_set() {
+  static const rewrite::RuleSet rules = [] {
+    rewrite::RuleSet r;
+    r.add({"neg_operand", P(Op::Add, {any("x"), P(Op::Neg, {any("y")})}),
+           [](Graph& g, const Match& m) -> Result {
+             return (g.value(m["x"]) - g.value(m["y"])).id();
+           }});
+    r.add({"neg_operand", P(Op::Sub, {any("x"), P(Op::Neg, {any("y")})}),
+           [](Graph& g, const Match& m) -> Result {
+             return (g.value(m["x"]) + g.value(m["y"])).id();
+           }});
+    r.add({"neg_operand", P(Op::Mul, {P(Op::Neg, {any("x")}), P(Op::Neg, {any("y")})}),
+           [](Graph& g, const Match& m) -> Result {
+             return (g.value(m["x"]) * g.value(m["y"])).id();
+           }});
+    r.add({"neg_operand", P(Op::Div, {P(Op::Neg, {any("x")}), P(Op::Neg, {any("y")})}),
+           [](Graph& g, const Match& m) -> Result {
+             return (g.value(m["x"]) / g.value(m["y"])).id();
+           }});
+    return r;
+  }();
+  return rules;
+}
 
 std::vector<IdiomInfo> idiom_infos() {
   return {
       {"maximize", "maximize ? -g : g -> g * grad_sign (bit-exact)", true},
       {"lerp", "x - w*(x - y) -> x + w*(y - x) (torch's lerp; exact but for a zero's sign)", true},
-      {"ema", "b*x + (1-b)*y recognized (torch's mul_/add_ EMA; kept: it rounds unlike lerp)", true},
+      {"ema", "b*x + (1-b)*y recognized (torch's mul_/add_ EMA; kept: it rounds unlike lerp)",
+       true},
       {"uniform_factor",
        "(u*x)*y -> u*(x*y), u*(v*x) -> (u*v)*x, (u*x)/y -> u*(x/y) (reassociation, ~1 ulp)", true},
       {"bias_correction", "x / bc -> x * (1/bc), bc = 1 - b^t or bias_correction* (~1 ulp)", true},
       {"adam_denominator",
        "sqrt(v * (1/bc2)) -> sqrt(v) * (1/sqrt(bc2)); sqrt(v)*c + eps recognized (~1 ulp)", true},
-      {"decoupled_weight_decay", "p - u*p -> p * (1 - u) (torch's p.mul_(1 - lr*wd); ~1 ulp)", true},
+      {"decoupled_weight_decay", "p - u*p -> p * (1 - u) (torch's p.mul_(1 - lr*wd); ~1 ulp)",
+       true},
       {"l2_weight_decay", "g + wd*p recognized", true},
       {"nesterov", "d + mu*(a*b + c*d) recognized (SGD's Nesterov look-ahead)", true},
       // Written down, not enabled: needs the per-row reduction ops (mean over all dims but the

@@ -20,7 +20,8 @@ class Reader {
   Graph read(const json& j) {
     if (!j.is_object()) fail("", "a graph must be a JSON object, got " + kind(j));
     for (const auto& [key, value] : j.items())
-      if (key != "name" && key != "inputs" && key != "scalars" && key != "nodes" && key != "outputs")
+      if (key != "name" && key != "inputs" && key != "scalars" && key != "nodes" &&
+          key != "outputs")
         fail("/" + key, "unknown field (expected name, inputs, scalars, nodes, outputs)");
     if (j.contains("name")) g_.set_name(string_at(j["name"], "/name"));
     each(j, "inputs", [&](const json& v, const std::string& at) { input(v, at); });
@@ -45,10 +46,14 @@ class Reader {
     object_with(v, at, {"name", "role", "dtype"});
     std::string name = required_string(v, "name", at), role_text = required_string(v, "role", at);
     Role role;
-    if (role_text == "param") role = Role::Param;
-    else if (role_text == "grad") role = Role::Grad;
-    else if (role_text == "state") role = Role::State;
-    else fail(at + "/role", "expected param, grad or state, got \"" + role_text + "\"");
+    if (role_text == "param")
+      role = Role::Param;
+    else if (role_text == "grad")
+      role = Role::Grad;
+    else if (role_text == "state")
+      role = Role::State;
+    else
+      fail(at + "/role", "expected param, grad or state, got \"" + role_text + "\"");
     DType t = dtype(v, at);
     define(name, at, [&] { return g_.input(role, name, t).id(); });
   }
@@ -115,7 +120,8 @@ class Reader {
     if (!a.is_string()) fail(at, "an operand is a defined id (string) or a number, got " + kind(a));
     auto it = ids_.find(a.get<std::string>());
     if (it == ids_.end())
-      fail(at, "\"" + a.get<std::string>() + "\" is not defined (inputs, scalars and earlier nodes)");
+      fail(at,
+           "\"" + a.get<std::string>() + "\" is not defined (inputs, scalars and earlier nodes)");
     return g_.value(it->second);
   }
 
@@ -230,7 +236,10 @@ json to_json(const Graph& g) {
   }
   json outputs = json::object();
   for (const Output& o : g.outputs()) outputs[o.replaces] = id(o.value);
-  return {{"name", g.name()}, {"inputs", inputs}, {"scalars", scalars}, {"nodes", nodes},
+  return {{"name", g.name()},
+          {"inputs", inputs},
+          {"scalars", scalars},
+          {"nodes", nodes},
           {"outputs", outputs}};
 }
 

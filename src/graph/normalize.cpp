@@ -18,10 +18,14 @@ bool is_infix(Op op) { return op == Op::Add || op == Op::Sub || op == Op::Mul ||
 
 char infix_char(Op op) {
   switch (op) {
-    case Op::Add: return '+';
-    case Op::Sub: return '-';
-    case Op::Mul: return '*';
-    default: return '/';
+    case Op::Add:
+      return '+';
+    case Op::Sub:
+      return '-';
+    case Op::Mul:
+      return '*';
+    default:
+      return '/';
   }
 }
 
@@ -78,7 +82,8 @@ class Hoister {
       if (in.nodes()[i].op == Op::Scalar) source_scalars_.push_back(in.nodes()[i].name);
     // Tensor inputs are the kernel's buffers: all kept. Scalars only where still read.
     for (size_t i = 0; i < in.nodes().size(); ++i)
-      if (in.nodes()[i].op == Op::Input) copied_[static_cast<NodeId>(i)] = out_.add_node(in.nodes()[i]);
+      if (in.nodes()[i].op == Op::Input)
+        copied_[static_cast<NodeId>(i)] = out_.add_node(in.nodes()[i]);
     for (const Output& o : in.outputs()) out_.output(o.replaces, out_.value(get(o.value, true)));
   }
 
@@ -192,6 +197,16 @@ NormalizedGraph normalize(const Graph& g) {
 }
 
 std::vector<std::string> matched_idioms(const Graph& g) { return normalize(g).idioms; }
+
+std::string describe(const NormalizedGraph& n) {
+  std::string out = "idioms:";
+  for (const std::string& i : n.idioms) out += " " + i;
+  if (n.idioms.empty()) out += " (none)";
+  out += "\nhost scalars:";
+  if (n.host_scalars.empty()) out += " (none)";
+  for (const auto& [name, e] : n.host_scalars) out += "\n  " + name + " = " + e.str();
+  return out + "\n";
+}
 
 std::vector<IdiomInfo> idiom_rules() { return idioms_detail::idiom_infos(); }
 

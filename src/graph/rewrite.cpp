@@ -30,7 +30,8 @@ Pattern Pattern::node(std::string bind, NodePredicate pred) {
 Pattern any(std::string bind) { return Pattern::node(std::move(bind)); }
 
 Pattern tensor(std::string bind) {
-  return Pattern::node(std::move(bind), [](const Graph& g, NodeId id) { return g.node(id).is_tensor; });
+  return Pattern::node(std::move(bind),
+                       [](const Graph& g, NodeId id) { return g.node(id).is_tensor; });
 }
 
 Pattern uniform(std::string bind) {
@@ -66,8 +67,8 @@ bool bind(const std::string& name, NodeId id, Bindings* b) {
 }
 
 // Operands in the order given by `order` (a permutation of the pattern's operand indices).
-bool match_operands(const Graph& g, const Pattern& p, const Node& n, const std::vector<size_t>& order,
-                    Bindings* b) {
+bool match_operands(const Graph& g, const Pattern& p, const Node& n,
+                    const std::vector<size_t>& order, Bindings* b) {
   for (size_t i = 0; i < order.size(); ++i)
     if (!match(g, p.args()[order[i]], n.args[i], b)) return false;
   return true;

@@ -5,7 +5,8 @@
 //   RuleSet rules;
 //   rules.add({"lerp_spelling",
 //              Pattern(Op::Sub, {any("x"), Pattern(Op::Mul, {uniform("w"),
-//                                                            Pattern(Op::Sub, {any("x"), any("y")})})}),
+//                                                            Pattern(Op::Sub, {any("x"),
+//                                                            any("y")})})}),
 //              [](Graph& g, const Match& m) -> std::optional<NodeId> {
 //                Value x = g.value(m["x"]), y = g.value(m["y"]), w = g.value(m["w"]);
 //                return (x + w * (y - x)).id();
@@ -59,8 +60,8 @@ class Pattern {
 
 // Leaf pattern shorthands.
 Pattern any(std::string bind = "");
-Pattern tensor(std::string bind = "");    // a per-element value
-Pattern uniform(std::string bind = "");   // a value the same for every element (scalar math)
+Pattern tensor(std::string bind = "");   // a per-element value
+Pattern uniform(std::string bind = "");  // a value the same for every element (scalar math)
 Pattern constant(double v, std::string bind = "");  // a Const equal to v (signed zero distinct)
 Pattern input(Role role, std::string bind = "");    // a tensor input of that role
 
