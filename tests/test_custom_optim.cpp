@@ -260,6 +260,22 @@ void expect_error(const Options& config, const std::string& fragment) {
   }
 }
 
+TEST(CustomOptimizer, RegistrationRejectsTakenNamesAndBadGraphs) {
+  CustomOptimizer def{"adam", {{"lr", 1e-3}}, adan_graph, nullptr};
+  EXPECT_THROW(register_optimizer(def), Error);  // a built-in's name
+  def.type = "custom";
+  EXPECT_THROW(register_optimizer(def), Error);  // reserved
+  def.type = "adan_without_betas";  // adan_graph reads beta1..3, which {"lr"} does not define
+  try {
+    register_optimizer(def);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("graph scalar 'beta1'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Optimizer::create(testing::shared_engine(), {{"type", "adan_without_betas"}}),
+               Error);
+}
+
 TEST(CustomOptimizer, DefinitionErrorsNameTheCulprit) {
   Options lion = Options::parse(kLionJson);
   Options bad_scalar = lion;

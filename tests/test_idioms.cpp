@@ -372,6 +372,45 @@ TEST(Canonical, NegationsFoldIntoTheirOp) {
   EXPECT_EQ(print(canonicalize(canonicalize(a))), print(canonicalize(a)));
 }
 
+TEST(Idioms, EmaIsRecognizedButNotTurnedIntoLerpAndUnknownSqrtSplitsAreNot) {
+  // b*m + (1-b)*g rounds unlike m + (1-b)*(g-m): recognized, kept (only 1-b is hoisted).
+  // sqrt(v * (1/u)) with u not a bias correction (it may be negative): kept whole.
+  Graph g = parse(R"(graph "t" {
+    %0 = state.f32 "m"
+    %1 = grad.f32 "g"
+    %2 = scalar.f32 "b"
+    %3 = scalar.f32 "u"
+    %4 = const.f32 1
+    %5 = mul.f32 %2, %0
+    %6 = sub.f32 %4, %2
+    %7 = mul.f32 %6, %1
+    %8 = add.f32 %5, %7
+    %9 = div.f32 %4, %3
+    %10 = mul.f32 %8, %9
+    %11 = sqrt.f32 %10
+    out "m" = %11
+  })");
+  NormalizedGraph n = normalize(g);
+  EXPECT_TRUE(has(n.idioms, "ema"));
+  EXPECT_FALSE(has(n.idioms, "lerp"));
+  EXPECT_FALSE(has(n.idioms, "adam_denominator"));
+  Graph want = parse(R"(graph "t" {
+    %0 = state.f32 "m"
+    %1 = grad.f32 "g"
+    %2 = scalar.f32 "b"
+    %3 = scalar.f32 "one_minus_b"
+    %4 = scalar.f32 "1/u"
+    %5 = mul.f32 %2, %0
+    %6 = mul.f32 %3, %1
+    %7 = add.f32 %5, %6
+    %8 = mul.f32 %7, %4
+    %9 = sqrt.f32 %8
+    out "m" = %9
+  })");
+  EXPECT_EQ(print(n.graph), print(canonicalize(want)));
+  EXPECT_EQ(n.host_scalars.at("1/u").str(), "1/u");
+}
+
 TEST(Idioms, RuleListNamesEveryIdiom) {
   std::vector<std::string> names;
   for (const IdiomInfo& i : idiom_rules()) names.push_back(i.name);
