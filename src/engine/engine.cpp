@@ -118,8 +118,10 @@ Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->target = jit::resolve_target(options.target);
   impl_->num_threads = resolve_threads(options.num_threads);
   // Here, not at the first kernel() or step: a CUDA engine without a device fails early, clearly.
-  if (!options.compile_only && jit::target_uses_cuda(impl_->target))
+  if (!options.compile_only && jit::target_uses_cuda(impl_->target)) {
     jit::require_cuda_device(impl_->target);
+    if (!options.cuda_context) options.cuda_context = jit::cuda_primary_context(options.cuda_device);
+  }
   impl_->options = std::move(options);
   if (!impl_->options.cache_dir.empty()) {
     CacheOptions co;
@@ -165,7 +167,8 @@ std::shared_ptr<const Kernel> Engine::kernel(const Graph& g, const Schedule& sch
   jit::ArgvFn fn = impl_->session_locked().load_kernel(obj, fn_name);
   auto kernel = std::make_shared<KernelImpl>(std::move(sig), key, g.name(), resolved,
                                              impl_->session, fn,
-                                             impl_->session->cuda_device_interface());
+                                             impl_->session->cuda_device_interface(),
+                                             impl_->options.cuda_context);
   impl_->table.emplace(key, kernel);
   return kernel;
 }
