@@ -217,8 +217,23 @@ bool has_reductions(const Graph& g);
 std::string print(const Graph& g);
 Graph parse(std::string_view text);  // throws Error with line number on bad input
 
+// ---- JSON form ------------------------------------------------------------------------------
+// The same graph as JSON (format and an example: docs/graph-json.md). Ops are named as in
+// ops.def; inputs, scalars and nodes have named ids; outputs map the replaced input to a node id.
+//   {"name": "sgd",
+//    "inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad"}],
+//    "scalars": ["lr"],
+//    "nodes": [{"id": "step", "op": "mul", "args": ["lr", "g"]},
+//              {"id": "p1", "op": "sub", "args": ["p", "step"]}],
+//    "outputs": {"p": "p1"}}
+// parse_json throws Error naming the JSON path of the bad value ("graph JSON /nodes/1/args/0:
+// \"q\" is not defined ..."); parse_json(print_json(g)) is structurally g.
+Graph parse_json(std::string_view text);
+std::string print_json(const Graph& g);
+
 // ---- Canonical form and structural hash ----------------------------------------------------
-// canonicalize(): folds constants, applies exact identities (x*1, x-0, --x), eliminates common
+// canonicalize(): folds constants, applies exact identities (x*1, x-0, --x) and the exact rewrite
+// rules (x + -y -> x - y, x - -y -> x + y, -x * -y -> x * y, -x / -y -> x / y), eliminates common
 // subexpressions and dead nodes, orders commutative operands canonically, and numbers nodes in a
 // canonical order (inputs by role then name, scalars by name, then operations depth-first from
 // the outputs sorted by name, then from the results sorted by name). Two graphs describing the

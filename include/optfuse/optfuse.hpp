@@ -5,6 +5,7 @@
 #include "optfuse/engine.h"
 #include "optfuse/error.h"
 #include "optfuse/graph.h"
+#include "optfuse/idioms.h"
 #include "optfuse/optim.h"
 #include "optfuse/partition.h"
 #include "optfuse/schedules.h"

@@ -16,6 +16,7 @@
 // Errors are optfuse::Error naming the group, tensor and value at fault; a rejected call changes
 // nothing (no param, grad or state byte is written).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,35 @@ Options optimizer_defaults(const std::string& type);
 // The update graph a parameter group runs: `config` as for Optimizer::create, `overrides` as for
 // add_param_group (merged and validated the same way). For warming a cache without tensors.
 Graph update_graph(const Options& config, const Options& overrides = {});
+
+// ---- Custom optimizers ----------------------------------------------------------------------
+// A user-defined update rule served exactly like the built-ins: its graph is normalized (idioms,
+// host scalars: include/optfuse/idioms.h), compiled once per structure, cached, and called once
+// per tensor. The graph reads:
+//   * tensor inputs: one role-param input (the parameter), one role-grad input (its gradient),
+//     and any role-state inputs (the optimizer's state, by those names, starting at zero);
+//     all float32; outputs replace the param and state inputs, never the grad;
+//   * scalars named after a hyperparameter in `defaults` (numbers, and bools as 1 / 0), or a
+//     built-in: "step" (torch's state['step'], from 1), "beta1", "beta2", ... (the entries of
+//     "betas") and "bias_correction1", "bias_correction2", ... (1 - betaK^step). Per-step scalar
+//     formulas are written in the graph itself (e.g. sub(1, beta1), div(lr, bias_correction1)):
+//     normalize() moves them to the host, computed in double, rounded once.
+// Validation as torch's: numbers finite, lr >= 0, eps >= 0, weight_decay >= 0, 0 <= betas < 1.
+struct CustomOptimizer {
+  std::string type;  // the name for Optimizer::create's "type", e.g. "adan"
+  Options defaults;  // every hyperparameter with its default, e.g. {"lr": 1e-3, "betas": [...]}
+  std::function<Graph(const Options& group)> graph;  // the update for a group's options
+  // Differs exactly when graph(group) would (one structure if unset).
+  std::function<std::string(const Options& group)> structure;
+};
+
+// Makes `def.type` a type for Optimizer::create and update_graph. Error if the name is taken
+// or the graph does not follow the rules above (checked with the defaults).
+void register_optimizer(const CustomOptimizer& def);
+
+// A custom optimizer from JSON: {"name": "lion", "defaults": {...}, "graph": <JSON graph,
+// docs/graph-json.md>}. Optimizer::create also takes {"type": "custom", "rule": <this>, ...}.
+CustomOptimizer custom_optimizer_from_json(const Options& def);
 
 class Optimizer {
  public:

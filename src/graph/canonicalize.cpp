@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "graph/eval.h"
+#include "graph/idiom_rules.h"
+#include "optfuse/error.h"
 #include "optfuse/graph.h"
 
 namespace optfuse {
@@ -209,6 +211,13 @@ Graph renumber(const Graph& g) {
 
 }  // namespace
 
-Graph canonicalize(const Graph& g) { return renumber(Simplifier(g).graph()); }
+// The exact rewrite rules (graph/idiom_rules.h) run between two simplifications, so that what
+// they expose (a fold, a shared subexpression) is simplified too.
+Graph canonicalize(const Graph& g) {
+  Graph simple = Simplifier(g).graph();
+  rewrite::RewriteResult r = rewrite::rewrite(simple, idioms_detail::exact_rule_set());
+  if (!r.converged) internal_error("exact rewrite rules did not reach a fixed point");
+  return renumber(r.matched.empty() ? simple : Simplifier(r.graph).graph());
+}
 
 }  // namespace optfuse

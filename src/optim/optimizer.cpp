@@ -254,9 +254,10 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
   }
   auto impl = std::make_unique<Impl>();
   impl->engine = &engine;
-  impl->rule = optim::make_rule(type->get<std::string>());
+  impl->rule = optim::make_rule_for_config(config);
   Options rest = config;
   rest.erase("type");
+  rest.erase("rule");
   impl->defaults = optim::merge(impl->rule->defaults(), rest, impl->rule->type(), "optimizer config");
   impl->rule->validate(impl->defaults, "optimizer config");
   return std::unique_ptr<Optimizer>(new Optimizer(std::move(impl)));

@@ -7,7 +7,10 @@
 namespace optfuse::optim {
 
 std::vector<std::string> rule_types() {
-  return {"adagrad", "adam", "adamax", "adamw", "lion", "nadam", "radam", "rmsprop", "sgd"};
+  std::vector<std::string> types = {"adagrad", "adam",  "adamax",  "adamw", "lion",
+                                    "nadam",   "radam", "rmsprop", "sgd"};
+  for (const std::string& t : registered_types()) types.push_back(t);
+  return types;
 }
 
 std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
@@ -22,6 +25,7 @@ std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
   if (t == "nadam") return make_nadam();
   if (t == "radam") return make_radam();
   if (t == "lion") return make_lion();
+  if (auto custom = make_registered_rule(t)) return custom;
   std::string known;
   for (const auto& k : rule_types()) known += (known.empty() ? "" : ", ") + k;
   throw Error("unknown optimizer type '" + type + "' (known: " + known + ")");

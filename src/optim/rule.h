@@ -52,7 +52,14 @@ class UpdateRule {
 
 // The rule for a torch.optim type name (case-insensitive); Error listing the known ones if none.
 std::unique_ptr<UpdateRule> make_rule(const std::string& type);
-std::vector<std::string> rule_types();
+std::vector<std::string> rule_types();  // built-ins, then registered custom types
+
+// Custom optimizers (custom.cpp): a config's rule ({"type": "custom", "rule": {...}} or any
+// type, built-in or registered); a registered type's rule or null; the registered names.
+std::unique_ptr<UpdateRule> make_rule_for_config(const Options& config);
+std::unique_ptr<UpdateRule> make_custom_rule(const CustomOptimizer& def);
+std::unique_ptr<UpdateRule> make_registered_rule(const std::string& type);
+std::vector<std::string> registered_types();
 
 std::unique_ptr<UpdateRule> make_sgd();
 std::unique_ptr<UpdateRule> make_adam(bool decoupled_weight_decay);  // false: Adam, true: AdamW

@@ -11,9 +11,10 @@ Graph update_graph(const Options& config, const Options& overrides) {
   auto type = config.find("type");
   if (type == config.end() || !type->is_string())
     throw Error("optimizer config needs \"type\" (one of: adam, adamw, sgd)");
-  auto rule = optim::make_rule(type->get<std::string>());
+  auto rule = optim::make_rule_for_config(config);
   Options rest = config;
   rest.erase("type");
+  rest.erase("rule");
   Options defaults = optim::merge(rule->defaults(), rest, rule->type(), "optimizer config");
   rule->validate(defaults, "optimizer config");
   Options group = optim::merge(defaults, overrides, rule->type(), "param group");

@@ -1,0 +1,17 @@
+#pragma once
+// The JSON form of a Graph as nlohmann::json values (the format: docs/graph-json.md; the string
+// forms parse_json / print_json are in graph.h). For callers that already hold parsed JSON, e.g.
+// a custom optimizer's definition.
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "optfuse/graph.h"
+
+namespace optfuse::graph_json {
+
+// Errors are optfuse::Error prefixed with the JSON pointer of the bad value, after `where`
+// (e.g. "optimizer config: /graph/nodes/3/args/1: ...").
+Graph from_json(const nlohmann::json& j, const std::string& where = "");
+nlohmann::json to_json(const Graph& g);
+
+}  // namespace optfuse::graph_json

@@ -1,0 +1,118 @@
+// The JSON graph form: round trips (every library graph, odd dtypes, constants such as nan),
+// generic op lookup, and errors that name the JSON path of the bad value.
+#include <gtest/gtest.h>
+
+#include "optfuse/error.h"
+#include "optfuse/graph.h"
+#include "optfuse/optim.h"
+
+namespace optfuse {
+namespace {
+
+void expect_round_trip(const Graph& g) {
+  Graph back = parse_json(print_json(g));
+  EXPECT_EQ(print(canonicalize(back)), print(canonicalize(g)));
+  EXPECT_EQ(structural_hash(back), structural_hash(g));
+  EXPECT_EQ(back.name(), g.name());
+}
+
+TEST(GraphJson, LibraryGraphsRoundTrip) {
+  for (const std::string& type : optimizer_types())
+    expect_round_trip(update_graph({{"type", type}}));
+  expect_round_trip(update_graph({{"type", "sgd"}, {"momentum", 0.9}, {"nesterov", true}}));
+  expect_round_trip(update_graph({{"type", "adamw"}, {"amsgrad", true}}));
+}
+
+TEST(GraphJson, DtypesCastsBoolScalarsAndSpecialConstantsRoundTrip) {
+  Graph g = parse(R"(graph "odd" {
+    %0 = param.bf16 "p"
+    %1 = grad.f16 "g"
+    %2 = scalar.bool "flag"
+    %3 = scalar.f64 "s"
+    %4 = cast.f32 %1
+    %5 = const.f32 nan
+    %6 = const.f32 -inf
+    %7 = max.f32 %4, %6
+    %8 = select.f32 %2, %7, %5
+    %9 = cast.f64 %8
+    %10 = mul.f64 %9, %3
+    %11 = cast.bf16 %10
+    out "p" = %11
+  })");
+  expect_round_trip(g);
+}
+
+TEST(GraphJson, ReadsTheDocumentedExample) {
+  Graph g = parse_json(R"({
+    "name": "sgd",
+    "inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad"}],
+    "scalars": ["lr"],
+    "nodes": [{"id": "step", "op": "mul", "args": ["lr", "g"]},
+              {"id": "p1", "op": "sub", "args": ["p", "step"]}],
+    "outputs": {"p": "p1"}
+  })");
+  Graph want = parse(R"(graph "sgd" {
+    %0 = param.f32 "p"
+    %1 = grad.f32 "g"
+    %2 = scalar.f32 "lr"
+    %3 = mul.f32 %2, %1
+    %4 = sub.f32 %0, %3
+    out "p" = %4
+  })");
+  EXPECT_EQ(structural_hash(g), structural_hash(want));
+}
+
+TEST(GraphJson, NumberOperandsAdoptTheOtherOperandsDtype) {
+  Graph g = parse_json(R"({
+    "inputs": [{"name": "p", "role": "param", "dtype": "f64"}],
+    "nodes": [{"id": "h", "op": "mul", "args": [0.5, "p"]}],
+    "outputs": {"p": "h"}
+  })");
+  EXPECT_EQ(g.node(g.outputs()[0].value).dtype, DType::F64);
+}
+
+void expect_error(const std::string& json, const std::string& fragment) {
+  try {
+    parse_json(json);
+    FAIL() << "expected an Error containing: " << fragment;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(GraphJson, ErrorsNameTheJsonPath) {
+  const std::string head = R"({"inputs": [{"name": "p", "role": "param"}], "scalars": ["lr"], )";
+  expect_error(
+      head + R"("nodes": [{"id": "a", "op": "mul", "args": ["lr", "q"]}], "outputs": {"p": "a"}})",
+      "graph JSON /nodes/0/args/1: \"q\" is not defined");
+  expect_error(
+      head + R"("nodes": [{"id": "a", "op": "fma", "args": ["lr", "p"]}], "outputs": {"p": "a"}})",
+      "/nodes/0/op: unknown op \"fma\"");
+  expect_error(
+      head + R"("nodes": [{"id": "a", "op": "sqrt", "args": ["lr", "p"]}], "outputs": {"p": "a"}})",
+      "/nodes/0/args: sqrt takes 1 operands, got 2");
+  expect_error(
+      head + R"("nodes": [{"id": "lr", "op": "neg", "args": ["p"]}], "outputs": {"p": "lr"}})",
+      "/nodes/0: \"lr\" is already defined");
+  expect_error(
+      head +
+          R"("nodes": [{"id": "a", "op": "neg", "args": ["p"], "attrs": {"axis": 1}}], "outputs": {"p": "a"}})",
+      "/nodes/0/attrs: neg takes no attributes");
+  expect_error(head + R"("nodes": [], "outputs": {"lr": "p"}})", "/outputs/lr: output \"lr\"");
+  expect_error(R"({"inputs": [{"name": "p", "role": "weights"}], "outputs": {}})",
+               "/inputs/0/role: expected param, grad or state");
+  expect_error(R"({"inputs": [{"name": "p", "role": "param", "dtype": "f8"}], "outputs": {}})",
+               "/inputs/0/dtype: unknown dtype \"f8\"");
+  expect_error(R"({"inputs": [], "outputs": {}, "extra": 1})", "/extra: unknown field");
+  expect_error(R"({"inputs": []})", "/outputs: missing");
+  expect_error(R"([1, 2])", "graph JSON /: a graph must be a JSON object");
+  expect_error(R"({"inputs": [)", "not valid JSON");
+  // Graph-level errors (dtypes) carry the node's path too.
+  expect_error(
+      R"({"inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad", "dtype": "f64"}],
+                   "nodes": [{"id": "a", "op": "add", "args": ["p", "g"]}], "outputs": {"p": "a"}})",
+      "/nodes/0: add: operand 2 has dtype f64");
+}
+
+}  // namespace
+}  // namespace optfuse
