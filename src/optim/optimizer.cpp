@@ -84,10 +84,12 @@ std::vector<Span> all_spans(const std::vector<Impl::Group>& groups) {
 
 // Binds a group to the kernel for its current structure (compiling on first use).
 void resolve_kernel(Impl& impl, Impl::Group& g) {
-  std::string structure = impl.rule->structure(g.options);
+  const optim::GradPrologue prologue = impl.control.prologue();
+  std::string structure = impl.rule->structure(g.options) + prologue.structure();
   if (g.kernel && g.structure == structure) return;
-  auto kernel = impl.engine->kernel(impl.rule->graph(g.options));
+  auto kernel = impl.engine->kernel(optim::with_grad_prologue(impl.rule->graph(g.options), prologue));
   std::vector<std::string> names = impl.rule->state_names(g.options);
+  if (prologue.accumulated) names.push_back(optim::kGradAccum);  // read-only: no output
   std::vector<int> slots;
   for (const auto& in : kernel->signature().inputs) {
     if (in.role != Role::State) {
@@ -134,6 +136,7 @@ const std::vector<double>& step_scalars(const Impl& impl, const Impl::Group& g, 
   memo.host_before = t.host;
   std::map<std::string, double> values;
   impl.rule->scalars(g.options, optim::TensorStep{step, created_now, &t.host}, &values);
+  values[optim::kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
   memo.values.clear();
   for (const auto& s : g.kernel->signature().scalars) {
     auto it = values.find(s.name);
@@ -211,6 +214,7 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
   impl->rule = optim::make_rule(type->get<std::string>());
   Options rest = config;
   rest.erase("type");
+  impl->control = optim::StepControl(optim::take_step_options(&rest));
   impl->defaults = optim::merge(impl->rule->defaults(), rest, impl->rule->type(), "optimizer config");
   impl->rule->validate(impl->defaults, "optimizer config");
   return std::unique_ptr<Optimizer>(new Optimizer(std::move(impl)));
@@ -233,6 +237,8 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
   size_t gi = impl_->groups.size();
   std::string where = Impl::where(gi);
   if (params.empty()) throw Error(where + ": optimizer got an empty parameter list");
+  optim::reject_step_options(overrides, where);
+  optim::check_can_add_group(*impl_, where);
   Impl::Group g;
   g.options = optim::merge(impl_->defaults, overrides, impl_->rule->type(), where);
   impl_->rule->validate(g.options, where);
@@ -258,6 +264,7 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
 
 void Optimizer::set(size_t group, const std::string& name, const Options& value) {
   Impl::Group& g = group_at(*impl_, group);
+  optim::reject_step_options(Options{{name, value}}, Impl::where(group));
   Options merged =
       optim::merge(g.options, Options{{name, value}}, impl_->rule->type(), Impl::where(group));
   impl_->rule->validate(merged, Impl::where(group));
@@ -289,7 +296,9 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
   t.ref.grad = grad;
 }
 
-void Optimizer::step() {
+// The rule's update of every tensor, with this step's grad_scale (impl.control).
+static void update(Impl& impl) {
+  Impl* const impl_ = &impl;
   // Phase 1: kernels (compilation errors surface here, before any write).
   for (auto& g : impl_->groups) resolve_kernel(*impl_, g);
 
@@ -303,7 +312,7 @@ void Optimizer::step() {
   for (auto& g : impl_->groups)
     for (auto& t : g.tensors)
       for (const auto& name : g.state_names)
-        if (!t.state.count(name)) {
+        if (name != optim::kGradAccum && !t.state.count(name)) {
           auto fill = static_cast<float>(impl_->rule->initial_state_value(g.options, name));
           pending.push_back({&t, name, std::vector<float>(static_cast<size_t>(t.ref.param.numel), fill)});
         }
@@ -322,6 +331,15 @@ void Optimizer::step() {
   std::sort(created.begin(), created.end());
   for (auto& g : impl_->groups) run_group(*impl_, g, created);
 }
+
+StepResult Optimizer::step() {
+  optim::StepPlan plan = optim::plan_step(*impl_);  // accumulation, statistics (step_control.h)
+  if (plan.update) update(*impl_);
+  return optim::finish_step(*impl_, plan);
+}
+
+double Optimizer::loss_scale() const { return impl_->control.scaler.scale(); }
+Options Optimizer::step_options() const { return impl_->control.options.to_json(); }
 
 const std::vector<float>* Optimizer::state(size_t group, size_t index, const std::string& name) const {
   const Impl::Group& g = group_at(*impl_, group);
@@ -356,8 +374,10 @@ int64_t Optimizer::bytes_per_step() const {
   int64_t bytes = 0;
   for (const auto& g : impl_->groups) {
     int64_t states = static_cast<int64_t>(impl_->rule->state_names(g.options).size());
+    int64_t accum = impl_->control.options.accumulating() ? 1 : 0;  // grad_accum, read only
     // reads: param, grad, each state; writes: param, each state
-    for (const auto& t : g.tensors) bytes += t.ref.param.numel * int64_t(sizeof(float)) * (3 + 2 * states);
+    for (const auto& t : g.tensors)
+      bytes += t.ref.param.numel * int64_t(sizeof(float)) * (3 + 2 * states + accum);
   }
   return bytes;
 }

@@ -3,6 +3,7 @@
 #include "optfuse/optim.h"
 #include "optim/options.h"
 #include "optim/rule.h"
+#include "optim/step_control.h"
 
 namespace optfuse {
 
@@ -14,11 +15,13 @@ Graph update_graph(const Options& config, const Options& overrides) {
   auto rule = optim::make_rule(type->get<std::string>());
   Options rest = config;
   rest.erase("type");
+  const optim::StepControl control(optim::take_step_options(&rest));
+  optim::reject_step_options(overrides, "param group");
   Options defaults = optim::merge(rule->defaults(), rest, rule->type(), "optimizer config");
   rule->validate(defaults, "optimizer config");
   Options group = optim::merge(defaults, overrides, rule->type(), "param group");
   rule->validate(group, "param group");
-  return rule->graph(group);
+  return optim::with_grad_prologue(rule->graph(group), control.prologue());
 }
 
 }  // namespace optfuse
