@@ -155,6 +155,46 @@ TEST(Clip, AdamWTwinFedClippedGrads) {
     }
 }
 
+// Clipping + loss scaling cost one read-only statistics kernel (results, no outputs) and the
+// update kernel with grad_scale inside: no scaling pass. Accumulation adds its two micro-step
+// kernels, and the statistics then read grad_accum + grad.
+TEST(Clip, KernelsPerStep) {
+  auto names_of = [](const Engine& e) {
+    std::vector<std::string> names;
+    for (const auto& k : e.kernels()) names.push_back(k->name());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  {
+    Engine e;
+    Model m = Model::make(kSizes, 17);
+    auto opt = Optimizer::create(e, {{"type", "adamw"}, {"max_grad_norm", 1.0}, {"loss_scale", 8.0}});
+    for (size_t g = 0; g < m.groups.size(); ++g) opt->add_param_group(m.refs(g));
+    m.fill_grads(1);
+    opt->step();
+    EXPECT_THAT(names_of(e), ::testing::ElementsAre("adamw|gscale", "grad_stats"));
+    for (const auto& k : e.kernels())
+      if (k->name() == "grad_stats") {
+        EXPECT_TRUE(k->signature().outputs.empty());
+        ASSERT_EQ(k->signature().results.size(), 1u);
+        EXPECT_EQ(k->signature().results[0].name, "sumsq");
+      }
+  }
+  {
+    Engine e;
+    Model m = Model::make(kSizes, 18);
+    auto opt = Optimizer::create(e, {{"type", "sgd"}, {"max_grad_norm", 1.0}, {"norm_type", "inf"},
+                                     {"accumulation_steps", 3}});
+    for (size_t g = 0; g < m.groups.size(); ++g) opt->add_param_group(m.refs(g));
+    for (int i = 1; i <= 3; ++i) {
+      m.fill_grads(i);
+      opt->step();
+    }
+    EXPECT_THAT(names_of(e), ::testing::ElementsAre("grad_accum_add", "grad_accum_init",
+                                                    "grad_stats_acc_inf", "sgd|gacc|gscale"));
+  }
+}
+
 // torch: with error_if_nonfinite=True a non-finite total norm raises before any grad changes.
 TEST(Clip, ErrorIfNonfiniteThrowsAndChangesNothing) {
   Model m = Model::make(kSizes, 14);

@@ -36,6 +36,8 @@ Graph with_grad_prologue(const Graph& rule_graph, const GradPrologue& p) {
   }
   for (const Output& o : rule_graph.outputs())
     out.output(o.replaces, out.value(to_out[static_cast<size_t>(o.value)]));
+  for (const Result& r : rule_graph.results())
+    out.result(r.name, out.value(to_out[static_cast<size_t>(r.value)]));
   return out;
 }
 

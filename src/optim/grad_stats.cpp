@@ -3,52 +3,36 @@
 #include <algorithm>
 #include <cmath>
 
+#include "optfuse/error.h"
+#include "optim/grad_prologue.h"
+
 namespace optfuse::optim {
 namespace {
 
-constexpr int64_t kChunk = int64_t{1} << 16;
-constexpr int kLanes = 8;
+// A reducing kernel covers at most 2^30 elements per call (engine.h).
+constexpr int64_t kMaxCall = int64_t{1} << 30;
 
-struct Chunk {
-  const StatsInput* t;
-  int64_t begin, end;
-};
-
-// Independent lanes: no reassociation is needed to vectorize, so the result is exactly this
-// order's, whatever the compiler does. maxabs ignores nan (std::max keeps the first operand when
-// a comparison is false); nan is seen through sumsq.
-template <bool kAcc, bool kMax>
-GradStats chunk_stats(const float* g, const float* a, int64_t n) {
-  double s[kLanes] = {};
-  float m[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      float x = kAcc ? a[i + l] + g[i + l] : g[i + l];
-      double d = x;
-      s[l] += d * d;
-      if (kMax) m[l] = std::max(m[l], std::fabs(x));
-    }
-  for (int l = 0; i < n; ++i, ++l) {
-    float x = kAcc ? a[i] + g[i] : g[i];
-    double d = x;
-    s[l] += d * d;
-    if (kMax) m[l] = std::max(m[l], std::fabs(x));
-  }
-  GradStats r;
-  for (int l = 0; l < kLanes; ++l) {
-    r.sumsq += s[l];
-    r.maxabs = std::max(r.maxabs, static_cast<double>(m[l]));
-  }
-  return r;
+void combine(GradStats* into, const GradStats& part) {
+  into->sumsq += part.sumsq;
+  // nan-propagating max, as the kernel's reduce_max
+  if (std::isnan(part.maxabs) || part.maxabs > into->maxabs) into->maxabs = part.maxabs;
 }
 
-GradStats run_chunk(const Chunk& c, bool want_max) {
-  const float* g = c.t->grad + c.begin;
-  const float* a = c.t->acc ? c.t->acc + c.begin : nullptr;
-  int64_t n = c.end - c.begin;
-  if (a) return want_max ? chunk_stats<true, true>(g, a, n) : chunk_stats<true, false>(g, a, n);
-  return want_max ? chunk_stats<false, true>(g, a, n) : chunk_stats<false, false>(g, a, n);
+GradStats run_tensor(const Kernel& k, const StatsInput& t, KernelCall* call, double* results) {
+  const KernelSignature& sig = k.signature();
+  const int sumsq = sig.result_index("sumsq"), maxabs = sig.result_index("maxabs");
+  GradStats s;
+  for (int64_t b = 0; b < t.n; b += kMaxCall) {
+    call->inputs.resize(sig.inputs.size());
+    for (size_t i = 0; i < sig.inputs.size(); ++i)
+      call->inputs[i] = const_cast<float*>(sig.inputs[i].role == Role::Grad ? t.grad + b : t.acc + b);
+    call->outputs.clear();
+    call->n = std::min(kMaxCall, t.n - b);
+    call->results = results;
+    k.run(*call);
+    combine(&s, {results[sumsq], maxabs >= 0 ? results[maxabs] : 0.0});
+  }
+  return s;
 }
 
 }  // namespace
@@ -60,39 +44,43 @@ double GradStats::total_norm(bool norm_inf) const {
   return maxabs;
 }
 
-GradStats grad_stats(const std::vector<StatsInput>& tensors, bool want_maxabs, WorkerPool* pool) {
-  std::vector<Chunk> chunks;
-  int64_t total = 0;
-  for (const StatsInput& t : tensors)
-    for (int64_t b = 0; b < t.n; b += kChunk) {
-      chunks.push_back({&t, b, std::min(t.n, b + kChunk)});
-      total += chunks.back().end - b;
-    }
-  std::vector<GradStats> partial(chunks.size());
-  const int threads = pool ? pool->threads() : 1;
-  if (threads < 2 || total < 2 * kChunk) {
-    for (size_t i = 0; i < chunks.size(); ++i) partial[i] = run_chunk(chunks[i], want_maxabs);
+Graph grad_stats_graph(bool accumulated, bool want_maxabs) {
+  Graph gr(std::string("grad_stats") + (accumulated ? "_acc" : "") + (want_maxabs ? "_inf" : ""));
+  Value x = gr.grad("grad");
+  if (accumulated) x = gr.state(kGradAccum) + x;  // the float32 sum the update kernel forms
+  gr.result("sumsq", sum_squares(cast(x, DType::F64)));  // squares and sum in double
+  if (want_maxabs) gr.result("maxabs", max_abs(x));
+  return gr;
+}
+
+GradStats grad_stats(const Kernel& kernel, const std::vector<StatsInput>& tensors, WorkerPool* pool,
+                     int64_t single_task) {
+  if (kernel.signature().result_index("sumsq") < 0) internal_error("not a grad_stats kernel");
+  std::vector<GradStats> partial(tensors.size());
+  std::vector<size_t> small;
+  KernelCall call;
+  std::vector<double> results(kernel.signature().results.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].n <= single_task)
+      small.push_back(i);
+    else
+      partial[i] = run_tensor(kernel, tensors[i], &call, results.data());
+  }
+  if (!pool || small.size() < 4 * static_cast<size_t>(pool->threads())) {
+    for (size_t i : small) partial[i] = run_tensor(kernel, tensors[i], &call, results.data());
   } else {
-    // Contiguous runs of chunks with about the same number of elements per thread.
-    std::vector<size_t> first(static_cast<size_t>(threads) + 1, chunks.size());
-    first[0] = 0;
-    int64_t seen = 0;
-    int next = 1;
-    for (size_t i = 0; i < chunks.size() && next < threads; ++i) {
-      seen += chunks[i].end - chunks[i].begin;
-      while (next < threads && seen >= total * next / threads) first[static_cast<size_t>(next++)] = i + 1;
-    }
-    pool->run([&](int k) {
-      for (size_t i = first[static_cast<size_t>(k)]; i < first[static_cast<size_t>(k) + 1]; ++i)
-        partial[i] = run_chunk(chunks[i], want_maxabs);
+    const size_t threads = static_cast<size_t>(pool->threads());
+    pool->run([&](int part) {
+      KernelCall local;
+      std::vector<double> res(kernel.signature().results.size());
+      size_t p = static_cast<size_t>(part);
+      for (size_t j = small.size() * p / threads; j < small.size() * (p + 1) / threads; ++j)
+        partial[small[j]] = run_tensor(kernel, tensors[small[j]], &local, res.data());
     });
   }
-  GradStats r;
-  for (const GradStats& p : partial) {
-    r.sumsq += p.sumsq;
-    r.maxabs = std::max(r.maxabs, p.maxabs);
-  }
-  return r;
+  GradStats total;
+  for (const GradStats& p : partial) combine(&total, p);
+  return total;
 }
 
 }  // namespace optfuse::optim

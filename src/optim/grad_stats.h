@@ -1,19 +1,19 @@
 #pragma once
-// The read-only statistics pass before an update: over x = grad (or grad_accum + grad, summed in
-// float32 exactly as the update kernel sums them) of every tensor of every group,
-//   sumsq  = sum x^2 (double)   -> the 2-norm, and "some element is inf/nan" (sumsq non-finite:
-//                                  a float32 square cannot overflow a double, so only inf or nan
-//                                  inputs make it non-finite)
-//   maxabs = max |x|            -> the inf-norm (inf/nan come from sumsq, see total_norm())
-// One pass gives both the clipping norm and the overflow check.
-//
-// Implementation: a multi-threaded C++ pass (fixed chunks of 64K elements, 8 double lanes per
-// chunk so the compiler vectorizes it, chunk partials combined in chunk order on the host, so the
-// result does not depend on the thread count). The front end's reduction kernels (issue 4) can
-// replace it behind this interface.
+// The read-only statistics pass before an update, over x = grad (or grad_accum + grad, summed in
+// float32 exactly as the update kernel sums them) of every tensor of every group:
+//   sumsq  = sum x^2, in double   -> the 2-norm, and "some element is inf or nan": a float32
+//                                    square cannot overflow a double (nor can 2^30 of them), so
+//                                    only inf/nan inputs make sumsq non-finite
+//   maxabs = max |x|               -> the inf-norm (only when asked for; nan propagates)
+// One pass gives both the clipping norm and the overflow check. It is an Engine kernel built from
+// a graph with results (the front end's reductions: sum_squares, max_abs), so it is compiled,
+// cached and parallelized like every update kernel; per-call partials are combined on the host in
+// tensor order, so the result does not depend on how calls are spread over threads.
 #include <cstdint>
 #include <vector>
 
+#include "optfuse/engine.h"
+#include "optfuse/graph.h"
 #include "optim/worker_pool.h"
 
 namespace optfuse::optim {
@@ -33,7 +33,13 @@ struct StatsInput {
   int64_t n = 0;
 };
 
-// `pool` may be null (runs on the caller).
-GradStats grad_stats(const std::vector<StatsInput>& tensors, bool want_maxabs, WorkerPool* pool);
+// The statistics graph: inputs "grad" (and state "grad_accum" when `accumulated`), results
+// "sumsq" (and "maxabs" when `want_maxabs`). No outputs: nothing is written.
+Graph grad_stats_graph(bool accumulated, bool want_maxabs);
+
+// Runs `kernel` (from grad_stats_graph, with `accumulated` iff every input has acc) over all
+// inputs. Tensors of at most `single_task` elements are spread over `pool` (may be null).
+GradStats grad_stats(const Kernel& kernel, const std::vector<StatsInput>& tensors, WorkerPool* pool,
+                     int64_t single_task);
 
 }  // namespace optfuse::optim

@@ -84,8 +84,10 @@ void accumulate(Impl& impl, bool first) {
 // ---- the update micro-step -----------------------------------------------------------------
 
 GradStats statistics(Impl& impl) {
+  StepControl& sc = impl.control;
+  const bool acc = sc.options.accumulating();
+  if (!sc.stats) sc.stats = impl.engine->kernel(grad_stats_graph(acc, sc.options.norm_inf));
   std::vector<StatsInput> inputs;
-  const bool acc = impl.control.options.accumulating();
   for (auto& g : impl.groups)
     for (auto& t : g.tensors) {
       const float* a = nullptr;
@@ -96,7 +98,7 @@ GradStats statistics(Impl& impl) {
       }
       inputs.push_back({t.ref.grad.data, a, t.ref.param.numel});
     }
-  return grad_stats(inputs, impl.control.options.norm_inf, pool_for(impl));
+  return grad_stats(*sc.stats, inputs, pool_for(impl), impl.engine->options().schedule.min_task);
 }
 
 // Plans the update (or the skip) from the statistics; changes nothing but sc.grad_scale.

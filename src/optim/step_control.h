@@ -31,6 +31,7 @@ struct StepControl {
   int64_t micro = 0;      // micro-steps accumulated in the current cycle, 0..k-1
   double grad_scale = 1;  // the update kernel's "grad_scale" for the step being run
   std::shared_ptr<const Kernel> acc_init, acc_add;  // resolved at the first micro-step
+  std::shared_ptr<const Kernel> stats;              // resolved at the first update
 
   explicit StepControl(const StepOptions& o = {}) : options(o), scaler(o) {}
   GradPrologue prologue() const;
