@@ -76,6 +76,23 @@ void BM_AdamW_ClipUnfused(benchmark::State& state) {
   report(state, 40, 1);
 }
 
+// The statistics kernel alone (reads g: 4 B/element), with f32 and f64 squares.
+void run_stats(benchmark::State& state, bool f64) {
+  std::vector<float> g(kN, 0.01f);
+  Graph gr("stats_f32");
+  gr.result("sumsq", sum_squares(gr.grad("grad")));
+  auto k = engine().kernel(f64 ? optim::grad_stats_graph(false, false) : gr);
+  for (auto _ : state) {
+    optim::GradStats st = optim::grad_stats(*k, {{g.data(), nullptr, kN}}, nullptr, 0);
+    benchmark::DoNotOptimize(st.sumsq);
+  }
+  report(state, 4, 0);
+}
+void BM_Stats_F64Squares(benchmark::State& state) { run_stats(state, true); }
+void BM_Stats_F32Squares(benchmark::State& state) { run_stats(state, false); }
+
+BENCHMARK(BM_Stats_F64Squares)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Stats_F32Squares)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamW_Plain)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamW_ClipFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamW_ClipScalerFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
