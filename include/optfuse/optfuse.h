@@ -68,6 +68,31 @@ int optfuse_optimizer_add_group(optfuse_optimizer* opt, size_t n, float* const* 
 
 int optfuse_optimizer_step(optfuse_optimizer* opt);
 
+/* What one step did (C++: optfuse::StepResult). Clipping, loss scaling and gradient accumulation
+ * are options of the optimizer config: {"max_grad_norm": 1.0, "norm_type": 2 or "inf",
+ * "error_if_nonfinite": false}, {"loss_scale": "dynamic" or S, "init_scale", "growth_factor",
+ * "backoff_factor", "growth_interval"}, {"accumulation_steps": k, "accumulation": "mean"|"sum"}. */
+typedef enum {
+  OPTFUSE_STEP_APPLIED = 0,           /* params and state were updated */
+  OPTFUSE_STEP_ACCUMULATED = 1,       /* micro-step 1..k-1: grads added to the accumulation buffer */
+  OPTFUSE_STEP_SKIPPED_NONFINITE = 2  /* loss scaling: a grad held inf/nan, nothing changed */
+} optfuse_step_outcome;
+
+typedef struct {
+  int outcome;             /* an optfuse_step_outcome */
+  int64_t micro_step;      /* 1..accumulation_steps */
+  int has_total_norm;      /* 1 when total_norm was computed (clipping or loss scaling on) */
+  double total_norm;       /* norm of the unscaled gradients over all groups (inf/nan if a grad is) */
+  double clip_coef;        /* the clip factor applied (1 when not clipped) */
+  double loss_scale;       /* the S this step's grads were divided by */
+  double next_loss_scale;  /* the S for the next backward */
+} optfuse_step_result;
+
+/* optfuse_optimizer_step that also says what the step did; out may be NULL. */
+int optfuse_optimizer_step_ex(optfuse_optimizer* opt, optfuse_step_result* out);
+/* The loss scale to multiply the next loss by (1 without loss scaling). */
+int optfuse_optimizer_loss_scale(const optfuse_optimizer* opt, double* out);
+
 /* Sets a numeric option of one group (e.g. "lr"); optfuse_optimizer_set_option_json for others
  * ("betas": "[0.9,0.99]", "amsgrad": "true"). */
 int optfuse_optimizer_set_hyper(optfuse_optimizer* opt, size_t group, const char* name, double value);

@@ -13,6 +13,27 @@
 // the same STRUCTURE (e.g. AdamW without AMSGrad); hyperparameter values and sizes are call
 // arguments, so changing lr between steps never recompiles.
 //
+// Step-level features (optimizer-wide: they go in the config of Optimizer::create, next to "type"):
+//   global-norm clipping   {"max_grad_norm": 1.0, "norm_type": 2 | "inf", "error_if_nonfinite": false}
+//                          torch.nn.utils.clip_grad_norm_ over ALL params of ALL groups, before
+//                          every update: clip_coef = min(1, max_norm / (total_norm + 1e-6));
+//   loss scaling           {"loss_scale": S}   grads arrive multiplied by a static S, or
+//                          {"loss_scale": "dynamic", "init_scale": 65536.0, "growth_factor": 2.0,
+//                           "backoff_factor": 0.5, "growth_interval": 2000} with
+//                          torch.cuda.amp.GradScaler's rule; multiply the loss by loss_scale().
+//                          A step whose gradients (any of any group) hold inf or nan is SKIPPED:
+//                          no param or state byte changes, step counts stay, the scaler backs off,
+//                          and step() reports it. (This takes precedence over error_if_nonfinite.)
+//   gradient accumulation  {"accumulation_steps": k, "accumulation": "mean" | "sum"}
+//                          (optax MultiSteps): step() calls 1..k-1 only accumulate the grads into
+//                          an optimizer-owned buffer (state "grad_accum"); the k-th applies the
+//                          update with the mean (or sum) of the k gradients. A skipped k-th step
+//                          discards the cycle.
+// They change only the gradient each rule sees, g_eff = (grad_accum + grad) * grad_scale, with
+// grad_scale = clip_coef / (S * k if "mean") one host scalar per step: the scaling happens inside
+// each optimizer's fused kernel. Clipping and the overflow check share ONE read-only pass over the
+// gradients (sum of squares in double, and max |g| for the inf-norm), run before the update.
+//
 // Errors are optfuse::Error naming the group, tensor and value at fault; a rejected call changes
 // nothing (no param, grad or state byte is written).
 #include <cstdint>
@@ -79,6 +100,26 @@ void register_optimizer(const CustomOptimizer& def);
 // docs/graph-json.md>}. Optimizer::create also takes {"type": "custom", "rule": <this>, ...}.
 CustomOptimizer custom_optimizer_from_json(const Options& def);
 
+// What one step() did.
+struct StepResult {
+  enum class Outcome {
+    Applied,           // params and state were updated
+    Accumulated,       // micro-step 1..k-1 of gradient accumulation: grads added to the buffer
+    SkippedNonFinite,  // loss scaling on and some gradient held inf/nan: nothing changed
+  };
+  Outcome outcome = Outcome::Applied;
+  int64_t micro_step = 1;  // which call of the accumulation cycle this was, 1..accumulation_steps
+  // The statistics pass ran (clipping or loss scaling on) and total_norm holds its result:
+  // clip_grad_norm_'s return value, the norm of the gradients the update uses (unscaled by S,
+  // averaged when accumulating with "mean") over all groups; inf or nan when a gradient is.
+  bool has_total_norm = false;
+  double total_norm = 0;
+  double clip_coef = 1;        // the clip factor applied (1 without clipping, or when not clipped)
+  double loss_scale = 1;       // the S this step's gradients were divided by (1: no loss scaling)
+  double next_loss_scale = 1;  // the S for the next backward, after the scaler's update
+  bool applied() const { return outcome == Outcome::Applied; }
+};
+
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",
@@ -94,8 +135,14 @@ class Optimizer {
   // param, a tensor already in this or another group, and invalid hyperparameters.
   void add_param_group(const std::vector<ParamRef>& params, const Options& overrides = {});
 
-  // One update of every parameter of every group (one fused kernel call per tensor).
-  void step();
+  // One update of every parameter of every group (one fused kernel call per tensor), or one
+  // accumulation micro-step, or a skipped step (see StepResult and the step-level features).
+  StepResult step();
+
+  // The loss scale S to multiply the next loss by (1 without loss scaling).
+  double loss_scale() const;
+  // The step-level options in effect, as the config spells them ({} when none).
+  Options step_options() const;
 
   // Hyperparameters per group, validated as torch does (e.g. set(0, "lr", 3e-4)).
   void set(size_t group, const std::string& name, const Options& value);
@@ -112,7 +159,8 @@ class Optimizer {
   const std::vector<float>* state(size_t group, size_t index, const std::string& name) const;
   int64_t step_count(size_t group, size_t index) const;
 
-  // Writes / reads every group's options, step counts and state to a file. load_state checks the
+  // Writes / reads every group's options, step counts and state to a file (with the loss
+  // scaler's state and, in the middle of an accumulation cycle, the accumulation buffers). load_state checks the
   // file (checksum, optimizer type, group and tensor sizes) before changing anything; a restored
   // optimizer continues bit-identically.
   void save_state(const std::string& path) const;

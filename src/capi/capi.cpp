@@ -147,6 +147,30 @@ int optfuse_optimizer_step(optfuse_optimizer* opt) {
   return guarded([&] { opt->opt->step(); });
 }
 
+int optfuse_optimizer_step_ex(optfuse_optimizer* opt, optfuse_step_result* out) {
+  OPTFUSE_REQUIRE(opt);
+  return guarded([&] {
+    optfuse::StepResult r = opt->opt->step();
+    if (!out) return;
+    using O = optfuse::StepResult::Outcome;
+    out->outcome = r.outcome == O::Applied       ? OPTFUSE_STEP_APPLIED
+                   : r.outcome == O::Accumulated ? OPTFUSE_STEP_ACCUMULATED
+                                                 : OPTFUSE_STEP_SKIPPED_NONFINITE;
+    out->micro_step = r.micro_step;
+    out->has_total_norm = r.has_total_norm ? 1 : 0;
+    out->total_norm = r.total_norm;
+    out->clip_coef = r.clip_coef;
+    out->loss_scale = r.loss_scale;
+    out->next_loss_scale = r.next_loss_scale;
+  });
+}
+
+int optfuse_optimizer_loss_scale(const optfuse_optimizer* opt, double* out) {
+  OPTFUSE_REQUIRE(opt);
+  OPTFUSE_REQUIRE(out);
+  return guarded([&] { *out = opt->opt->loss_scale(); });
+}
+
 int optfuse_optimizer_set_hyper(optfuse_optimizer* opt, size_t group, const char* name, double value) {
   OPTFUSE_REQUIRE(opt);
   OPTFUSE_REQUIRE(name);

@@ -2,6 +2,7 @@
 // nothing: (1) resolve every group's kernel (may compile), (2) allocate missing state, (3) run.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <utility>
@@ -100,13 +101,14 @@ void check_gc_shapes(const Options& options, const std::vector<Impl::Tensor>& te
 // Each tensor's kernel: the gradient-centralized graph where GC applies, else the plain one; with
 // tuned schedules, the schedule for the tensor's size (a model has few distinct sizes, so this
 // makes few kernels). Every one takes the plain kernel's arguments (GC adds a row reduction only).
-void assign_tensor_kernels(Impl& impl, Impl::Group& g, const Graph& plain, const Kernel& reference) {
+void assign_tensor_kernels(Impl& impl, Impl::Group& g, const Graph& plain,
+                           const std::function<Graph()>& make_centralized, const Kernel& reference) {
   const bool by_size = impl.engine->tuned_schedules() > 0;
   std::optional<Graph> centralized;
   std::map<std::pair<bool, int64_t>, std::shared_ptr<const Kernel>> made;
   for (auto& t : g.tensors) {
     const bool gc = t.gc_cols(g.options) > 0;
-    if (gc && !centralized) centralized = impl.rule->graph(g.options);
+    if (gc && !centralized) centralized = make_centralized();
     const Graph& graph = gc ? *centralized : plain;
     const int64_t n = by_size ? t.ref.param.numel : 0;
     auto& k = made[{gc, n}];
@@ -123,17 +125,22 @@ void assign_tensor_kernels(Impl& impl, Impl::Group& g, const Graph& plain, const
 
 // Binds a group to the kernel for its current structure (compiling on first use).
 void resolve_kernel(Impl& impl, Impl::Group& g) {
-  std::string structure = impl.rule->structure(g.options);
+  const optim::GradPrologue prologue = impl.control.prologue();
+  std::string structure = impl.rule->structure(g.options) + prologue.structure();
   // (load_state replaces the tensors, so each must still have its kernel.)
   if (g.kernel && g.structure == structure &&
       std::all_of(g.tensors.begin(), g.tensors.end(), [](const Impl::Tensor& t) { return t.kernel; }))
     return;
+  auto graph_for = [&](const Options& options) {
+    return optim::with_grad_prologue(impl.rule->graph(options), prologue);
+  };
   Options plain = g.options;
   if (plain.value("grad_centralization", false)) plain["grad_centralization"] = false;
-  const Graph plain_graph = impl.rule->graph(plain);
+  const Graph plain_graph = graph_for(plain);
   auto kernel = impl.engine->kernel(plain_graph);  // the group's signature
-  assign_tensor_kernels(impl, g, plain_graph, *kernel);
+  assign_tensor_kernels(impl, g, plain_graph, [&] { return graph_for(g.options); }, *kernel);
   std::vector<std::string> names = impl.rule->state_names(g.options);
+  if (prologue.accumulated) names.push_back(optim::kGradAccum);  // read-only: no output
   std::vector<int> slots;
   for (const auto& in : kernel->signature().inputs) {
     if (in.role != Role::State) {
@@ -180,6 +187,7 @@ const std::vector<double>& step_scalars(const Impl& impl, const Impl::Group& g, 
   memo.host_before = t.host;
   std::map<std::string, double> values;
   impl.rule->scalars(g.options, optim::TensorStep{step, created_now, &t.host}, &values);
+  values[optim::kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
   memo.values.clear();
   for (const auto& s : g.kernel->signature().scalars) {
     auto it = values.find(s.name);
@@ -246,8 +254,7 @@ Optimizer::~Optimizer() = default;
 std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& config) {
   if (!config.is_object()) throw Error("optimizer config must be a JSON object, got " + config.dump());
   auto type = config.find("type");
-  if (type == config.end() || !type->is_string())
-    {
+  if (type == config.end() || !type->is_string()) {
     std::string known;
     for (const auto& k : optim::rule_types()) known += (known.empty() ? "" : ", ") + k;
     throw Error("optimizer config needs \"type\" (one of: " + known + ")");
@@ -258,6 +265,7 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
   Options rest = config;
   rest.erase("type");
   rest.erase("rule");
+  impl->control = optim::StepControl(optim::take_step_options(&rest));
   impl->defaults = optim::merge(impl->rule->defaults(), rest, impl->rule->type(), "optimizer config");
   impl->rule->validate(impl->defaults, "optimizer config");
   return std::unique_ptr<Optimizer>(new Optimizer(std::move(impl)));
@@ -280,6 +288,8 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
   size_t gi = impl_->groups.size();
   std::string where = Impl::where(gi);
   if (params.empty()) throw Error(where + ": optimizer got an empty parameter list");
+  optim::reject_step_options(overrides, where);
+  optim::check_can_add_group(*impl_, where);
   Impl::Group g;
   g.options = optim::merge(impl_->defaults, overrides, impl_->rule->type(), where);
   impl_->rule->validate(g.options, where);
@@ -306,6 +316,7 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
 
 void Optimizer::set(size_t group, const std::string& name, const Options& value) {
   Impl::Group& g = group_at(*impl_, group);
+  optim::reject_step_options(Options{{name, value}}, Impl::where(group));
   Options merged =
       optim::merge(g.options, Options{{name, value}}, impl_->rule->type(), Impl::where(group));
   impl_->rule->validate(merged, Impl::where(group));
@@ -338,7 +349,9 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
   t.ref.grad = grad;
 }
 
-void Optimizer::step() {
+// The rule's update of every tensor, with this step's grad_scale (impl.control).
+static void update(Impl& impl) {
+  Impl* const impl_ = &impl;
   // Phase 1: kernels (compilation errors surface here, before any write).
   for (auto& g : impl_->groups) resolve_kernel(*impl_, g);
 
@@ -352,7 +365,7 @@ void Optimizer::step() {
   for (auto& g : impl_->groups)
     for (auto& t : g.tensors)
       for (const auto& name : g.state_names)
-        if (!t.state.count(name)) {
+        if (name != optim::kGradAccum && !t.state.count(name)) {
           auto fill = static_cast<float>(impl_->rule->initial_state_value(g.options, name));
           pending.push_back({&t, name, std::vector<float>(static_cast<size_t>(t.ref.param.numel), fill)});
         }
@@ -371,6 +384,15 @@ void Optimizer::step() {
   std::sort(created.begin(), created.end());
   for (auto& g : impl_->groups) run_group(*impl_, g, created);
 }
+
+StepResult Optimizer::step() {
+  optim::StepPlan plan = optim::plan_step(*impl_);  // accumulation, statistics (step_control.h)
+  if (plan.update) update(*impl_);
+  return optim::finish_step(*impl_, plan);
+}
+
+double Optimizer::loss_scale() const { return impl_->control.scaler.scale(); }
+Options Optimizer::step_options() const { return impl_->control.options.to_json(); }
 
 const std::vector<float>* Optimizer::state(size_t group, size_t index, const std::string& name) const {
   const Impl::Group& g = group_at(*impl_, group);
@@ -412,8 +434,10 @@ int64_t Optimizer::bytes_per_step() const {
   int64_t bytes = 0;
   for (const auto& g : impl_->groups) {
     int64_t states = static_cast<int64_t>(impl_->rule->state_names(g.options).size());
+    int64_t accum = impl_->control.options.accumulating() ? 1 : 0;  // grad_accum, read only
     // reads: param, grad, each state; writes: param, each state
-    for (const auto& t : g.tensors) bytes += t.ref.param.numel * int64_t(sizeof(float)) * (3 + 2 * states);
+    for (const auto& t : g.tensors)
+      bytes += t.ref.param.numel * int64_t(sizeof(float)) * (3 + 2 * states + accum);
   }
   return bytes;
 }

@@ -7,6 +7,7 @@
 
 #include "optfuse/optim.h"
 #include "optim/rule.h"
+#include "optim/step_control.h"
 #include "optim/worker_pool.h"
 
 namespace optfuse {
@@ -57,6 +58,7 @@ struct Optimizer::Impl {
   Options defaults;  // the rule's defaults merged with the optimizer config
   std::vector<Group> groups;
   std::unique_ptr<optim::WorkerPool> pool;  // for small tensors; made at the first step needing it
+  optim::StepControl control;  // clipping, loss scaling, accumulation (step_control.h)
 
   static std::string where(size_t group) { return "param group " + std::to_string(group); }
   static std::string where(size_t group, size_t index, const ParamRef& ref);

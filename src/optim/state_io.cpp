@@ -1,10 +1,14 @@
 // Optimizer state files.
 //
 // Layout (little-endian):
-//   "OPTFUSE-STATE 1\n"                  magic and format version
+//   "OPTFUSE-STATE 1\n"                  magic and format version (2 when the header has a
+//                                        "step" section: loss scaler, accumulation; a file of an
+//                                        optimizer without step options is still version 1, and
+//                                        both are read)
 //   u64 header_size, header              JSON: type, per group: options, per tensor: numel,
 //                                        step, the names of its state buffers, in order, and
-//                                        (when the rule keeps any) its host state as exact doubles
+//                                        (when the rule keeps any) its host state as exact doubles;
+//                                        "step": step options, micro_step, scaler (version 2)
 //   f32 data                             every state buffer, in header order
 //   u64 hi, u64 lo                       XXH3-128 of everything before it
 // Written to a temporary file and renamed, so a crash never leaves a half-written file in place.
@@ -25,7 +29,9 @@ namespace optfuse {
 namespace {
 
 constexpr char kMagic[] = "OPTFUSE-STATE 1\n";
+constexpr char kMagic2[] = "OPTFUSE-STATE 2\n";  // with a "step" section
 constexpr size_t kMagicSize = sizeof(kMagic) - 1;
+static_assert(sizeof(kMagic) == sizeof(kMagic2));
 
 void append(std::string* out, const void* p, size_t n) {
   out->append(static_cast<const char*>(p), n);
@@ -62,6 +68,8 @@ void Optimizer::save_state(const std::string& path) const {
     for (const auto& t : g.tensors) {
       Options names = Options::array();
       for (const auto& [name, buf] : t.state) {
+        // Between accumulation cycles the buffer holds nothing the next step reads.
+        if (name == optim::kGradAccum && impl_->control.micro == 0) continue;
         names.push_back(name);
         append(&data, buf.data(), buf.size() * sizeof(float));
       }
@@ -71,9 +79,11 @@ void Optimizer::save_state(const std::string& path) const {
     }
     header["groups"].push_back({{"options", g.options}, {"tensors", tensors}});
   }
+  Options step = optim::save_step_state(*impl_);
+  if (!step.is_null()) header["step"] = step;
   std::string text = header.dump();
   uint64_t size = text.size();
-  std::string bytes(kMagic, kMagicSize);
+  std::string bytes(step.is_null() ? kMagic : kMagic2, kMagicSize);
   append(&bytes, &size, sizeof size);
   bytes += text;
   bytes += data;
@@ -89,6 +99,7 @@ namespace {
 struct Loaded {
   std::vector<Options> options;
   std::vector<std::vector<Optimizer::Impl::Tensor>> tensors;
+  optim::StepControl control;
 };
 
 // Walks the header and the data that follows it; throws Error (any kind) on anything off.
@@ -102,7 +113,8 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
   if (!groups.is_array() || groups.size() != impl.groups.size())
     throw Error("has " + std::to_string(groups.size()) + " param groups, this optimizer has " +
                 std::to_string(impl.groups.size()));
-  const std::vector<std::string> known = impl.rule->all_state_names();
+  std::vector<std::string> known = impl.rule->all_state_names();
+  known.push_back(optim::kGradAccum);  // checked against the step options below
   const optim::HostState known_host = impl.rule->initial_host_state();
   Loaded out;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
@@ -154,6 +166,12 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
     }
   }
   if (pos != data_end) throw Error("has trailing data");
+  std::vector<std::vector<bool>> has_accum;
+  for (const auto& ts : out.tensors) {
+    has_accum.emplace_back();
+    for (const auto& t : ts) has_accum.back().push_back(t.state.count(optim::kGradAccum) > 0);
+  }
+  out.control = optim::load_step_state(impl, header.value("step", Options()), has_accum);
   return out;
 }
 
@@ -164,7 +182,8 @@ void Optimizer::load_state(const std::string& path) {
   auto bad = [&](const std::string& why) {
     return IoError("optimizer state file '" + path + "': " + why);
   };
-  if (bytes.size() < kMagicSize + 8 + 16 || bytes.compare(0, kMagicSize, kMagic) != 0)
+  if (bytes.size() < kMagicSize + 8 + 16 ||
+      (bytes.compare(0, kMagicSize, kMagic) != 0 && bytes.compare(0, kMagicSize, kMagic2) != 0))
     throw bad("not an optfuse state file (bad magic)");
   Hash128 stored;
   std::memcpy(&stored.hi, bytes.data() + bytes.size() - 16, 8);
@@ -192,6 +211,7 @@ void Optimizer::load_state(const std::string& path) {
     impl_->groups[gi].options = std::move(loaded.options[gi]);
     impl_->groups[gi].tensors = std::move(loaded.tensors[gi]);
   }
+  impl_->control = std::move(loaded.control);
 }
 
 }  // namespace optfuse

@@ -32,6 +32,7 @@ Inputs (t = 1..20)
 How to run (needs torch + numpy; torch is NOT a project build dependency)
     python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch numpy
     /tmp/torchvenv/bin/python tests/golden/make_golden.py [--check]
+  --step-features-only writes only data/step_features.json (GradScaler, clip_grad_norm_).
   --check additionally re-implements the "adamw" case in numpy float64 and
   prints the max relative difference to torch.
 """
@@ -242,9 +243,66 @@ def numpy_adamw64(kw):
     return out, m, v
 
 
+# ---- step-level features: GradScaler and clip_grad_norm_ (separate from the trajectories) ----
+# Writes data/step_features.json for tests/test_optim_loss_scale.cpp and tests/test_optim_clip.cpp:
+#   "grad_scaler": per case, torch.amp.GradScaler("cpu", ...) driven by a one-element SGD param
+#       whose grad is inf on the steps flagged in "found_inf"; "scales" / "trackers" after each
+#       update() (get_scale(), _growth_tracker).
+#   "clip": per norm_type (2.0, "inf"), torch.nn.utils.clip_grad_norm_(max_norm=0.7) over two
+#       tensors of 5 and 300 elements, grads gen(200 + t, i) * 0.5 for tensor t;
+#       "total_norm" (float32, as returned) and "grads" after clipping.
+STEP_SCALER_CASES = [
+    ("pow2", dict(init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3),
+     [0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0]),
+    ("odd_factors", dict(init_scale=1000.0, growth_factor=1.7, backoff_factor=0.3, growth_interval=2),
+     [0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0]),
+    ("overflowing_growth", dict(init_scale=2.0 ** 126, growth_factor=2.0, backoff_factor=0.5,
+                                growth_interval=1),
+     [0, 0, 0, 1, 0]),
+]
+STEP_CLIP_SIZES = [5, 300]
+
+
+def step_features_golden():
+    out = {"torch_version": torch.__version__, "grad_scaler": {}, "clip": {}}
+    for name, kw, flags in STEP_SCALER_CASES:
+        w = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.SGD([w], lr=0.0)
+        scaler = torch.amp.GradScaler("cpu", **kw)
+        scales, trackers = [], []
+        for f in flags:
+            scaler.scale(torch.tensor(1.0))  # GradScaler creates its scale lazily here
+            w.grad = torch.tensor([float("inf") if f else 1.0])
+            scaler.step(opt)
+            scaler.update()
+            scales.append(float(scaler.get_scale()))
+            trackers.append(int(scaler._growth_tracker.item()))
+        out["grad_scaler"][name] = dict(kw, found_inf=flags, scales=scales, trackers=trackers)
+    for norm_type in (2.0, "inf"):
+        ps = []
+        for t, n in enumerate(STEP_CLIP_SIZES):
+            p = torch.nn.Parameter(torch.zeros(n))
+            p.grad = torch.tensor([gen(200 + t, i) * 0.5 for i in range(n)], dtype=torch.float32)
+            ps.append(p)
+        nt = float("inf") if norm_type == "inf" else norm_type
+        total = torch.nn.utils.clip_grad_norm_(ps, max_norm=0.7, norm_type=nt)
+        out["clip"][str(norm_type)] = {
+            "max_norm": 0.7, "sizes": STEP_CLIP_SIZES,
+            "total_norm": f32s(total.item()),
+            "grads": [[f32s(x) for x in p.grad.numpy()] for p in ps]}
+    text = json.dumps(out, indent=1)
+    path = os.path.join(OUT_DIR, "step_features.json")
+    with open(path, "w") as f:
+        f.write(text + "\n")
+    print("step features -> %s" % os.path.relpath(path))
+
+
 def main(argv):
     os.makedirs(OUT_DIR, exist_ok=True)
     torch.set_num_threads(1)
+    step_features_golden()
+    if "--step-features-only" in argv:
+        return
     results = {}
     for case, cls, kw in CASES:
         lrs, traj, state = run_case(cls, kw)

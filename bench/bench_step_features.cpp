@@ -1,0 +1,105 @@
+// Step-level features through Optimizer::step() (AdamW, one tensor of 2^22 fp32 elements):
+// what clipping, loss scaling and accumulation cost on top of the plain fused update, and the
+// unfused way (torch's clip_grad_norm_: a norm pass, then a pass scaling the grads in place,
+// then the update). Bytes per element (counted, not measured; the "B/elt" counter):
+//   plain AdamW update                      p, g, m, v read; p, m, v written         28
+//   + clipping or loss scaling (fused)      + statistics pass reading g              32
+//   + clipping, unfused                     + statistics (4) + scale pass g *= c (8) 40
+//   accumulation k = 4, per cycle           init (8) + 2 adds (12 each) + update with
+//                                           grad_accum (32)                          64
+// GB/s = these bytes / time; compare each row to the plain row of the same run.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <vector>
+
+#include "bench/support.h"
+#include "optfuse/optim.h"
+#include "optim/grad_stats.h"
+
+namespace optfuse::bench {
+namespace {
+
+constexpr int64_t kN = int64_t{1} << 22;
+
+struct Setup {
+  std::vector<float> p = std::vector<float>(kN, 0.5f), g = std::vector<float>(kN, 0.01f);
+  std::unique_ptr<Optimizer> opt;
+  explicit Setup(const Options& config) {
+    opt = Optimizer::create(engine(), config);
+    opt->add_param_group({{{p.data(), kN, {}}, {g.data(), kN, {}}, ""}});
+  }
+};
+
+void report(benchmark::State& state, double bytes_per_element, int calls_per_iteration) {
+  state.SetBytesProcessed(int64_t(double(state.iterations()) * bytes_per_element * double(kN)));
+  state.counters["B/elt"] = bytes_per_element;
+  state.counters["step_calls"] = calls_per_iteration;
+}
+
+void run_fused(benchmark::State& state, const Options& config, double bytes, int calls) {
+  Setup s(config);
+  for (int i = 0; i < 2 * calls; ++i) s.opt->step();  // compile, create state, warm up
+  for (auto _ : state)
+    for (int c = 0; c < calls; ++c) s.opt->step();
+  report(state, bytes, calls);
+}
+
+void BM_AdamW_Plain(benchmark::State& state) { run_fused(state, {{"type", "adamw"}}, 28, 1); }
+void BM_AdamW_ClipFused(benchmark::State& state) {
+  run_fused(state, {{"type", "adamw"}, {"max_grad_norm", 1.0}}, 32, 1);
+}
+void BM_AdamW_ClipScalerFused(benchmark::State& state) {
+  run_fused(state, {{"type", "adamw"}, {"max_grad_norm", 1.0}, {"loss_scale", 1.0}}, 32, 1);
+}
+void BM_AdamW_Accumulate4(benchmark::State& state) {
+  run_fused(state, {{"type", "adamw"}, {"accumulation_steps", 4}}, 64, 4);
+}
+
+// torch's order of work: the same statistics kernel, a separate in-place scaling pass (c = 1:
+// the same traffic, and the values stay put over many iterations), then the plain update.
+void BM_AdamW_ClipUnfused(benchmark::State& state) {
+  Setup s(Options{{"type", "adamw"}});
+  auto stats = engine().kernel(optim::grad_stats_graph(false, false));
+  Graph scale_graph("scale_grads");
+  scale_graph.output("x", scale_graph.state("x") * scale_graph.scalar("c"));
+  auto scale = engine().kernel(scale_graph);
+  KernelCall scale_call = make_call(*scale, {{"x", s.g.data()}}, {{"c", 1.0}}, kN);
+  auto step = [&] {
+    optim::GradStats st = optim::grad_stats(*stats, {{s.g.data(), nullptr, kN}}, nullptr, 0);
+    benchmark::DoNotOptimize(st.sumsq);
+    scale->run(scale_call);
+    s.opt->step();
+  };
+  for (int i = 0; i < 2; ++i) step();
+  for (auto _ : state) step();
+  report(state, 40, 1);
+}
+
+// The statistics kernel alone (reads g: 4 B/element), with f32 and f64 squares.
+void run_stats(benchmark::State& state, bool f64) {
+  std::vector<float> g(kN, 0.01f);
+  Graph gr("stats_f32");
+  gr.result("sumsq", sum_squares(gr.grad("grad")));
+  auto k = engine().kernel(f64 ? optim::grad_stats_graph(false, false) : gr);
+  for (auto _ : state) {
+    optim::GradStats st = optim::grad_stats(*k, {{g.data(), nullptr, kN}}, nullptr, 0);
+    benchmark::DoNotOptimize(st.sumsq);
+  }
+  report(state, 4, 0);
+}
+void BM_Stats_F64Squares(benchmark::State& state) { run_stats(state, true); }
+void BM_Stats_F32Squares(benchmark::State& state) { run_stats(state, false); }
+
+BENCHMARK(BM_Stats_F64Squares)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Stats_F32Squares)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamW_Plain)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamW_ClipFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamW_ClipScalerFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamW_ClipUnfused)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamW_Accumulate4)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace optfuse::bench
+
+BENCHMARK_MAIN();

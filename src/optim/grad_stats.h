@@ -1,0 +1,45 @@
+#pragma once
+// The read-only statistics pass before an update, over x = grad (or grad_accum + grad, summed in
+// float32 exactly as the update kernel sums them) of every tensor of every group:
+//   sumsq  = sum x^2, in double   -> the 2-norm, and "some element is inf or nan": a float32
+//                                    square cannot overflow a double (nor can 2^30 of them), so
+//                                    only inf/nan inputs make sumsq non-finite
+//   maxabs = max |x|               -> the inf-norm (only when asked for; nan propagates)
+// One pass gives both the clipping norm and the overflow check. It is an Engine kernel built from
+// a graph with results (the front end's reductions: sum_squares, max_abs), so it is compiled,
+// cached and parallelized like every update kernel; per-call partials are combined on the host in
+// tensor order, so the result does not depend on how calls are spread over threads.
+#include <cstdint>
+#include <vector>
+
+#include "optfuse/engine.h"
+#include "optfuse/graph.h"
+#include "optim/worker_pool.h"
+
+namespace optfuse::optim {
+
+struct GradStats {
+  double sumsq = 0;
+  double maxabs = 0;
+  bool finite() const;
+  // The total norm of the gradients as they are (scaled): norm_inf selects the inf-norm. Like
+  // torch: nan if any element is nan, else inf if any is inf.
+  double total_norm(bool norm_inf) const;
+};
+
+struct StatsInput {
+  const float* grad = nullptr;
+  const float* acc = nullptr;  // null: x = grad
+  int64_t n = 0;
+};
+
+// The statistics graph: inputs "grad" (and state "grad_accum" when `accumulated`), results
+// "sumsq" (and "maxabs" when `want_maxabs`). No outputs: nothing is written.
+Graph grad_stats_graph(bool accumulated, bool want_maxabs);
+
+// Runs `kernel` (from grad_stats_graph, with `accumulated` iff every input has acc) over all
+// inputs. Tensors of at most `single_task` elements are spread over `pool` (may be null).
+GradStats grad_stats(const Kernel& kernel, const std::vector<StatsInput>& tensors, WorkerPool* pool,
+                     int64_t single_task);
+
+}  // namespace optfuse::optim

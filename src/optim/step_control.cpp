@@ -1,0 +1,214 @@
+#include "optim/step_control.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "optfuse/error.h"
+#include "optim/grad_stats.h"
+#include "optim/optimizer_impl.h"
+#include "optim/options.h"
+
+namespace optfuse::optim {
+
+using Impl = Optimizer::Impl;
+
+GradPrologue StepControl::prologue() const {
+  GradPrologue p;
+  p.accumulated = options.accumulating();
+  p.scaled = options.clipping() || options.loss_scaling() ||
+             (options.accumulating() && options.accumulation_mean);
+  return p;
+}
+
+namespace {
+
+WorkerPool* pool_for(Impl& impl) {
+  const int threads = impl.engine->num_threads();
+  if (threads < 2) return nullptr;
+  if (!impl.pool || impl.pool->threads() != threads) impl.pool = std::make_unique<WorkerPool>(threads);
+  return impl.pool.get();
+}
+
+// ---- accumulation micro-steps --------------------------------------------------------------
+
+void run_accumulate(const Kernel& k, Impl::Tensor& t, KernelCall* call) {
+  const KernelSignature& sig = k.signature();
+  call->inputs.resize(sig.inputs.size());
+  for (size_t i = 0; i < sig.inputs.size(); ++i)
+    call->inputs[i] = sig.inputs[i].role == Role::Grad ? static_cast<void*>(t.ref.grad.data)
+                                                       : t.state.at(kGradAccum).data();
+  call->outputs.assign(1, t.state.at(kGradAccum).data());
+  call->n = t.ref.param.numel;
+  k.run(*call);
+}
+
+// One micro-step before the k-th: grad_accum = grad (first) or grad_accum += grad, one kernel
+// call per tensor; tensors that are a single task each are spread over the threads.
+void accumulate(Impl& impl, bool first) {
+  StepControl& sc = impl.control;
+  std::shared_ptr<const Kernel>& slot = first ? sc.acc_init : sc.acc_add;
+  if (!slot) slot = impl.engine->kernel(accumulate_graph(first));  // may throw: nothing changed
+  const Kernel& k = *slot;
+  if (first) {  // buffers, all allocated before any is installed
+    std::vector<std::pair<Impl::Tensor*, std::vector<float>>> fresh;
+    for (auto& g : impl.groups)
+      for (auto& t : g.tensors)
+        if (!t.state.count(kGradAccum))
+          fresh.emplace_back(&t, std::vector<float>(static_cast<size_t>(t.ref.param.numel)));
+    for (auto& [t, buf] : fresh) t->state.emplace(kGradAccum, std::move(buf));
+  }
+  const int64_t single_task = impl.engine->options().schedule.min_task;
+  std::vector<Impl::Tensor*> small;
+  KernelCall call;
+  for (auto& g : impl.groups)
+    for (auto& t : g.tensors) {
+      if (t.ref.param.numel <= single_task)
+        small.push_back(&t);
+      else
+        run_accumulate(k, t, &call);
+    }
+  WorkerPool* pool = pool_for(impl);
+  if (!pool || small.size() < 4 * static_cast<size_t>(pool->threads())) {
+    for (Impl::Tensor* t : small) run_accumulate(k, *t, &call);
+    return;
+  }
+  const size_t threads = static_cast<size_t>(pool->threads());
+  pool->run([&](int part) {
+    KernelCall local;
+    size_t p = static_cast<size_t>(part);
+    for (size_t i = small.size() * p / threads; i < small.size() * (p + 1) / threads; ++i)
+      run_accumulate(k, *small[i], &local);
+  });
+}
+
+// ---- the update micro-step -----------------------------------------------------------------
+
+GradStats statistics(Impl& impl) {
+  StepControl& sc = impl.control;
+  const bool acc = sc.options.accumulating();
+  if (!sc.stats) sc.stats = impl.engine->kernel(grad_stats_graph(acc, sc.options.norm_inf));
+  std::vector<StatsInput> inputs;
+  for (auto& g : impl.groups)
+    for (auto& t : g.tensors) {
+      const float* a = nullptr;
+      if (acc) {
+        auto it = t.state.find(kGradAccum);
+        if (it == t.state.end()) internal_error("accumulation buffer missing at the update step");
+        a = it->second.data();
+      }
+      inputs.push_back({t.ref.grad.data, a, t.ref.param.numel});
+    }
+  return grad_stats(*sc.stats, inputs, pool_for(impl), impl.engine->options().schedule.min_task);
+}
+
+// Plans the update (or the skip) from the statistics; changes nothing but sc.grad_scale.
+void plan_update(Impl& impl, StepPlan* plan) {
+  StepControl& sc = impl.control;
+  const StepOptions& o = sc.options;
+  StepResult& r = plan->result;
+  const double k_mean = o.accumulating() && o.accumulation_mean ? double(o.accumulation_steps) : 1.0;
+  const double unscale = r.loss_scale * k_mean;  // the gradients as given are this times too big
+  if (o.needs_stats()) {
+    GradStats s = statistics(impl);
+    r.has_total_norm = true;
+    r.total_norm = s.total_norm(o.norm_inf) / unscale;
+    if (o.loss_scaling() && !s.finite()) {
+      plan->found_nonfinite = true;
+      r.outcome = StepResult::Outcome::SkippedNonFinite;
+      return;
+    }
+    if (o.clipping()) {
+      if (!s.finite() && o.error_if_nonfinite)
+        throw Error(std::string("The total norm of order ") + (o.norm_inf ? "inf" : "2.0") +
+                    " for gradients is non-finite, so it cannot be clipped. To disable this "
+                    "error and scale the gradients by the non-finite norm anyway, set "
+                    "error_if_nonfinite=false");
+      // torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1 (a nan stays nan).
+      double coef = o.max_grad_norm / (r.total_norm + 1e-6);
+      r.clip_coef = std::isnan(coef) ? coef : std::min(coef, 1.0);
+    }
+  }
+  sc.grad_scale = r.clip_coef / unscale;
+  plan->update = true;
+}
+
+}  // namespace
+
+StepPlan plan_step(Impl& impl) {
+  StepControl& sc = impl.control;
+  StepPlan plan;
+  plan.result.micro_step = sc.micro + 1;
+  plan.result.loss_scale = sc.scaler.scale();
+  if (sc.micro + 1 < sc.options.accumulation_steps) {
+    accumulate(impl, sc.micro == 0);
+    ++sc.micro;
+    plan.result.outcome = StepResult::Outcome::Accumulated;
+    return plan;
+  }
+  plan_update(impl, &plan);
+  return plan;
+}
+
+StepResult finish_step(Impl& impl, const StepPlan& plan) {
+  StepControl& sc = impl.control;
+  StepResult r = plan.result;
+  if (r.outcome != StepResult::Outcome::Accumulated) {
+    sc.scaler.update(plan.found_nonfinite);
+    sc.micro = 0;
+  }
+  r.next_loss_scale = sc.scaler.scale();
+  return r;
+}
+
+void check_can_add_group(const Impl& impl, const std::string& where) {
+  if (impl.control.micro > 0)
+    throw Error(where + ": cannot add a param group in the middle of a gradient accumulation "
+                "cycle (" + std::to_string(impl.control.micro) + " of " +
+                std::to_string(impl.control.options.accumulation_steps) +
+                " micro-steps done); add it after the update step");
+}
+
+// ---- state file ----------------------------------------------------------------------------
+
+Options save_step_state(const Impl& impl) {
+  const StepControl& sc = impl.control;
+  if (!sc.options.any()) return nullptr;
+  Options s = {{"options", sc.options.to_json()}, {"micro_step", sc.micro}};
+  if (sc.options.loss_scale == StepOptions::LossScale::Dynamic)
+    s["scaler"] = {{"scale", sc.scaler.scale()}, {"growth_tracker", sc.scaler.growth_tracker()}};
+  return s;
+}
+
+StepControl load_step_state(const Impl& impl, const Options& step,
+                            const std::vector<std::vector<bool>>& has_accum) {
+  StepControl sc(impl.control.options);
+  const StepOptions& o = sc.options;
+  int64_t micro = 0;
+  if (!step.is_null()) {
+    micro = step.at("micro_step").get<int64_t>();
+    if (micro < 0 || micro >= o.accumulation_steps)
+      throw Error("is at micro-step " + std::to_string(micro) + " of a gradient accumulation cycle, " +
+                  "but this optimizer has accumulation_steps = " + std::to_string(o.accumulation_steps));
+    if (step.contains("scaler")) {
+      if (o.loss_scale != StepOptions::LossScale::Dynamic)
+        throw Error("holds dynamic loss scaler state, but this optimizer has no "
+                    "\"loss_scale\": \"dynamic\"");
+      const Options& s = step.at("scaler");
+      sc.scaler.restore(s.at("scale").get<double>(), s.at("growth_tracker").get<int64_t>());
+    }
+  }
+  for (size_t gi = 0; gi < has_accum.size(); ++gi)
+    for (size_t ti = 0; ti < has_accum[gi].size(); ++ti) {
+      const std::string who = Impl::where(gi, ti, impl.groups[gi].tensors[ti].ref);
+      if (has_accum[gi][ti] && !o.accumulating())
+        throw Error(who + ": holds a gradient accumulation buffer, but this optimizer has no "
+                    "accumulation_steps > 1");
+      if (!has_accum[gi][ti] && micro > 0)
+        throw Error(who + ": has no gradient accumulation buffer, but the file is at micro-step " +
+                    std::to_string(micro));
+    }
+  sc.micro = micro;
+  return sc;
+}
+
+}  // namespace optfuse::optim
