@@ -53,7 +53,7 @@ class Simplifier {
  private:
   NodeId simplify(Node n) {
     if (op_has(n.op, kLeaf)) return add(std::move(n));
-    if (all_constant(n)) return fold(n);
+    if (all_constant(n) && n.op != Op::RoundSR) return fold(n);  // round_sr needs an index
     if (std::optional<NodeId> same = identity(n)) return *same;
     if (op_has(n.op, kCommutative) && hashes_[n.args[1]] < hashes_[n.args[0]])
       std::swap(n.args[0], n.args[1]);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -104,12 +105,34 @@ double eval_op(Op op, DType t, const double* a) {
       return a[0] != 0 ? a[1] : a[2];
     case Op::Cast:
       return round_to_dtype(a[0], t);
+    case Op::RoundSR:
+      internal_error("eval_op: round_sr depends on the element index (use round_sr())");
     case Op::Input:
     case Op::Scalar:
     case Op::Const:
       break;
   }
   internal_error("eval_op: " + std::string(op_name(op)) + " is not an operation");
+}
+
+uint32_t round_sr_bits(uint32_t key, uint32_t index) {
+  uint32_t h = (index * 0x9e3779b9u) ^ key;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h >> 16;
+}
+
+double round_sr(double x, uint32_t key, uint32_t index) {
+  float f = static_cast<float>(round_to_dtype(x, DType::F32));
+  if (std::isnan(f)) return round_to_dtype(f, DType::BF16);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits = (bits + round_sr_bits(key, index)) & 0xffff0000u;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 }  // namespace optfuse::graph_detail

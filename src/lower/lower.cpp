@@ -61,13 +61,26 @@ class PipelineBuilder {
     return outs;
   }
 
+  // Inputs some node or output reads. An input only written (a bf16 param whose update is
+  // computed from its f32 master copy) keeps its ImageParam, which the output then overwrites,
+  // but is never loaded: no bytes are read for it.
+  std::vector<bool> read_inputs() const {
+    std::vector<bool> read(g_.nodes().size(), false);
+    for (const Node& n : g_.nodes())
+      for (NodeId a : n.args) read[a] = true;
+    for (const Output& o : g_.outputs()) read[o.value] = true;
+    return read;
+  }
+
   // ImageParams, Params and the load Func; tensor inputs read through load(x) only.
   void make_leaves() {
     std::vector<Expr> loads;
+    const std::vector<bool> read = read_inputs();
     for (size_t id = 0; id < g_.nodes().size(); ++id) {
       const Node& n = g_.nodes()[id];
       if (n.op == Op::Input) {
         inputs_.emplace_back(halide_type(n.dtype), 1, identifier("in", inputs_.size(), n.name));
+        if (!read[id]) continue;
         input_slot_.push_back({static_cast<NodeId>(id), static_cast<int>(loads.size())});
         loads.push_back(inputs_.back()(funcs_.x));
       } else if (n.op == Op::Scalar) {
@@ -131,6 +144,7 @@ class PipelineBuilder {
     const Node& n = g_.node(id);
     std::vector<Expr> args;
     for (NodeId a : n.args) args.push_back(operand(a));
+    if (n.op == Op::RoundSR) return texpr_[id] = round_sr_bf16(args[0], args[1], funcs_.x);
     return texpr_[id] = lower_op(n.op, n.dtype, args, Precision::Fast);
   }
 
