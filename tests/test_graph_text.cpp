@@ -45,6 +45,8 @@ Graph every_op_graph() {
       for (DType t : kAllDTypes) g.make(op, {x}, t);
     } else if (op == Op::RoundSR) {
       g.make(op, {x, g.scalar("key", DType::F64)});
+    } else if (op == Op::Opaque) {
+      opaque("all \"reduce\"", x);  // a name that needs escaping
     } else if (op_arity(op) == 1) {
       g.make(op, {x});
     } else if (op_arity(op) == 2) {
@@ -212,7 +214,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadText{"graph \"a\\qb\" {}",
                 "line 1: bad escape in string (expected \\\", \\\\ or \\xHH)"},
         BadText{"graph \"g\" {\n  %0 = param.f32 \"p\"\n",
-                "line 3: expected '%N = ...', 'out "
+                "line 3: expected '%N = ...', 'out \"name\" = %N', 'result "
                 "\"name\" = %N' or '}', got end of input"},
         BadText{"graph \"g\" {} }", "line 1: expected end of input after '}', got '}'"},
         BadText{"graph \"g\" {\n %0 param.f32 \"p\" }", "line 2: expected '=', got 'param.f32'"},

@@ -7,5 +7,6 @@ namespace optfuse::tools {
 void add_demo_command(CLI::App& app);
 void add_warmup_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
+void add_explain_command(CLI::App& app);
 
 }  // namespace optfuse::tools

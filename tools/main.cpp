@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   optfuse::tools::add_demo_command(app);
   optfuse::tools::add_warmup_command(app);
   optfuse::tools::add_cache_command(app);
+  optfuse::tools::add_explain_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -46,12 +46,23 @@ struct KernelSignature {
     std::string replaces;  // the tensor input it overwrites
     DType dtype;
   };
+  struct ResultArg {
+    std::string name;
+    DType dtype;  // the value's dtype in the graph; returned converted to double
+  };
   std::vector<TensorArg> inputs;    // canonical order
   std::vector<ScalarArg> scalars;   // canonical order
   std::vector<OutputArg> outputs;   // canonical order
+  std::vector<ResultArg> results;   // sorted by name
+  // The graph has per-row reductions (row_sum, row_mean, ...): calls give KernelCall::cols.
+  bool per_row = false;
+  // The graph has whole-tensor reductions (reduce_sum, ...): one call reduces at most 2^30
+  // elements (Halide's int32 extents; longer calls of other kernels run in slices).
+  bool reduces = false;
 
   int input_index(const std::string& name) const;   // -1 if absent
   int scalar_index(const std::string& name) const;  // -1 if absent
+  int result_index(const std::string& name) const;  // -1 if absent
 };
 
 // One call: data pointers by signature position, scalar values (converted to each scalar's dtype
@@ -61,6 +72,13 @@ struct KernelCall {
   std::vector<double> scalars;  // signature.scalars order
   std::vector<void*> outputs;   // signature.outputs order; normally the same pointer as its input
   int64_t n = 0;
+  // Kernels with signature.per_row: the row length (n must be a multiple of it); the tensors are
+  // viewed as [n / cols, cols], row-major. Ignored by other kernels.
+  int64_t cols = 0;
+  // Kernels with signature.results: where run() writes them, signature.results.size() doubles
+  // in signature.results order. For n == 0 the reductions give their empty values (sum 0,
+  // mean NaN, max -inf, min +inf).
+  double* results = nullptr;
   // The pointers are CUDA device pointers (CUdeviceptr values). Required by kernels of CUDA
   // targets (host pointers are rejected: no hidden copies), rejected by CPU kernels. Each must be
   // 16-byte aligned (cuMemAlloc gives 256) and valid in the CUDA context the Halide runtime

@@ -6,3 +6,4 @@
 #include "optfuse/error.h"
 #include "optfuse/graph.h"
 #include "optfuse/optim.h"
+#include "optfuse/partition.h"

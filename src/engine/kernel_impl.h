@@ -12,7 +12,7 @@ namespace optfuse::engine_detail {
 class KernelImpl final : public Kernel {
  public:
   // Largest tensor or scalar count a kernel may have: call arguments live on the stack.
-  static constexpr size_t kMaxTensors = 64, kMaxScalars = 64;
+  static constexpr size_t kMaxTensors = 64, kMaxScalars = 64, kMaxResults = 64;
 
   // Throws Error if the signature exceeds kMaxTensors / kMaxScalars. `device_interface`: the CUDA
   // device interface for kernels of CUDA targets (calls then take device pointers), else null.
@@ -44,8 +44,9 @@ class KernelImpl final : public Kernel {
   };
 
   void check(const KernelCall& call) const;
-  void run_slice(const KernelCall& call, const ScalarValue* scalars, int64_t offset,
-                 int64_t n) const;
+  // `empty`: a call with n == 0 that has results to compute (see empty_tensor in the .cpp).
+  void run_slice(const KernelCall& call, const ScalarValue* scalars, int64_t offset, int64_t n,
+                 bool empty = false) const;
 
   KernelSignature signature_;
   std::string key_, name_;

@@ -48,6 +48,7 @@ std::string op_word(const Node& n) {
 std::string operands(const Node& n) {
   if (n.op == Op::Input || n.op == Op::Scalar) return quote(n.name);
   if (n.op == Op::Const) return format_number(n.value);
+  if (n.op == Op::Opaque) return quote(n.name) + ", %" + std::to_string(n.args.at(0));
   std::string out;
   for (NodeId a : n.args) out += (out.empty() ? "%" : ", %") + std::to_string(a);
   return out;
@@ -166,7 +167,9 @@ class Parser {
  private:
   void statement() {
     if (tok_.kind == Tok::Word && tok_.text == "out") return output();
-    if (tok_.kind != Tok::Ref) fail("expected '%N = ...', 'out \"name\" = %N' or '}'");
+    if (tok_.kind == Tok::Word && tok_.text == "result") return result();
+    if (tok_.kind != Tok::Ref)
+      fail("expected '%N = ...', 'out \"name\" = %N', 'result \"name\" = %N' or '}'");
     Token def = advance();
     if (ids_.count(def.text)) fail_at(def.line, "%" + def.text + " is already defined");
     expect_punct("=");
@@ -179,6 +182,14 @@ class Parser {
     expect_punct("=");
     NodeId value = reference();
     at_line(line, [&] { g_.output(name, g_.value(value)); });
+  }
+
+  void result() {
+    int line = advance().line;
+    std::string name = expect(Tok::String, "the result's name in quotes").text;
+    expect_punct("=");
+    NodeId value = reference();
+    at_line(line, [&] { g_.result(name, g_.value(value)); });
   }
 
   // `op.dtype operands`; returns the node's id.
@@ -204,6 +215,10 @@ class Parser {
     if (op == Op::Scalar) return g_.scalar(name_operand(), dtype).id();
     if (op == Op::Const) return g_.constant(number(), dtype).id();
     Node n{op, dtype, false, {}, 0, "", Role::Param};
+    if (op == Op::Opaque) {
+      n.name = name_operand();
+      expect_punct(",");
+    }
     for (int i = 0; i < op_arity(op); ++i) {
       if (i > 0) expect_punct(",");
       n.args.push_back(reference());
@@ -311,6 +326,8 @@ std::string print(const Graph& g) {
   }
   for (const Output& o : g.outputs())
     out += "  out " + quote(o.replaces) + " = %" + std::to_string(o.value) + "\n";
+  for (const Result& r : g.results())
+    out += "  result " + quote(r.name) + " = %" + std::to_string(r.value) + "\n";
   return out + "}\n";
 }
 

@@ -8,7 +8,9 @@
 // Everything that depends only on hyperparameters and t (1 - beta, bias corrections, the AdamW
 // decay factor) is computed here on the host in double and rounded once: computing 1 - beta2 in
 // fp32 inside the kernel alone costs ~1e-5 relative error against torch (DESIGN.md).
-// Structure (compiled in): AMSGrad or not; Adam vs AdamW is a different graph.
+// grad_centralization (MindSpore's option; Yong et al. 2020): for tensors with >= 2 dims, g -=
+// its mean over all dims but the first, after L2 weight decay (the GC paper's Adam_GC order).
+// Structure (compiled in): AMSGrad or not, GC or not; Adam vs AdamW is a different graph.
 #include <cmath>
 
 #include "optim/adam_family.h"
@@ -29,7 +31,8 @@ class Adam final : public UpdateRule {
             {"eps", 1e-8},
             {"weight_decay", decoupled_ ? 1e-2 : 0.0},
             {"amsgrad", false},
-            {"maximize", false}};
+            {"maximize", false},
+            {"grad_centralization", false}};
   }
 
   void validate(const Options& h, const std::string& where) const override {
@@ -37,13 +40,15 @@ class Adam final : public UpdateRule {
   }
 
   std::string structure(const Options& h) const override {
-    return std::string("amsgrad=") + (h.at("amsgrad").get<bool>() ? "1" : "0");
+    return std::string("amsgrad=") + (h.at("amsgrad").get<bool>() ? "1" : "0") +
+           (h.value("grad_centralization", false) ? ",gc=1" : "");
   }
 
   Graph graph(const Options& h) const override {
     bool amsgrad = h.at("amsgrad").get<bool>();
-    Graph gr(type_ + (amsgrad ? "_amsgrad" : ""));
-    Moments mo = adam_moments(gr, decoupled_);
+    bool gc = h.value("grad_centralization", false);
+    Graph gr(type_ + (amsgrad ? "_amsgrad" : "") + (gc ? "_gc" : ""));
+    Moments mo = adam_moments(gr, decoupled_, gc);
     Value v_used = mo.v;
     if (amsgrad) {
       v_used = max(gr.state("max_exp_avg_sq"), mo.v);

@@ -1,6 +1,7 @@
 #include "optim/adam_family.h"
 
 #include "optfuse/error.h"
+#include "optim/grad_centralization.h"
 #include "optim/options.h"
 
 namespace optfuse::optim {
@@ -8,7 +9,7 @@ namespace optfuse::optim {
 void validate_adam_like(const Options& h, const std::string& where, bool has_eps) {
   double lr = number(h, "lr", where), wd = number(h, "weight_decay", where);
   auto [b1, b2] = pair(h, "betas", where);
-  for (const char* f : {"maximize", "amsgrad", "decoupled_weight_decay"})
+  for (const char* f : {"maximize", "amsgrad", "decoupled_weight_decay", "grad_centralization"})
     if (h.contains(f)) flag(h, f, where);
   if (lr < 0) throw Error(where + ": Invalid learning rate: " + pyfloat(lr));
   if (has_eps) {
@@ -20,13 +21,14 @@ void validate_adam_like(const Options& h, const std::string& where, bool has_eps
   if (wd < 0) throw Error(where + ": Invalid weight_decay value: " + pyfloat(wd));
 }
 
-Moments adam_moments(Graph& gr, bool decoupled) {
+Moments adam_moments(Graph& gr, bool decoupled, bool centralize) {
   Value p = gr.param("param"), m = gr.state("exp_avg"), v = gr.state("exp_avg_sq");
   Value g = gr.scalar("grad_sign") * gr.grad("grad");
   if (decoupled)
     p = p * gr.scalar("decay");
   else
     g = g + gr.scalar("weight_decay") * p;
+  if (centralize) g = centralized(g);
   Value m_new = m + gr.scalar("one_minus_beta1") * (g - m);
   Value v_new = gr.scalar("beta2") * v + gr.scalar("one_minus_beta2") * (g * g);
   gr.output("exp_avg", m_new);

@@ -83,13 +83,44 @@ std::vector<Span> all_spans(const std::vector<Impl::Group>& groups) {
   return spans;
 }
 
+// Gradient centralization needs to know which tensors have >= 2 dims: every tensor of a group
+// with GC on must have a shape.
+void check_gc_shapes(const Options& options, const std::vector<Impl::Tensor>& tensors,
+                     size_t group) {
+  if (!options.value("grad_centralization", false)) return;
+  for (size_t ti = 0; ti < tensors.size(); ++ti)
+    if (tensors[ti].ref.param.shape.empty())
+      throw Error(Impl::where(group, ti, tensors[ti].ref) +
+                  ": grad_centralization needs the param's shape (TensorRef::shape) to find its "
+                  "rows; none was given");
+}
+
+// The GC variant of a group's kernel, when GC is on and some tensor has >= 2 dims. It must take
+// the same arguments as the plain kernel (GC adds a row reduction, nothing else).
+std::shared_ptr<const Kernel> resolve_gc_kernel(Impl& impl, const Impl::Group& g,
+                                                const Kernel& plain,
+                                                const optim::Precision& precision) {
+  bool needed = false;
+  for (const auto& t : g.tensors) needed = needed || t.gc_cols(g.options) > 0;
+  if (!needed) return nullptr;
+  auto kernel =
+      impl.engine->kernel(optim::apply_precision(impl.rule->graph(g.options), precision));
+  KernelSignature a = plain.signature(), b = kernel->signature();
+  b.per_row = false;
+  if (signature_text(a) != signature_text(b))
+    internal_error("the gradient-centralized kernel's arguments differ from the plain kernel's");
+  return kernel;
+}
+
 // Binds a group to the kernel for its current structure and dtypes (compiling on first use).
 void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
   optim::Precision precision = optim::group_precision(g, group);
   std::string structure = impl.rule->structure(g.options) + "|" + precision.str();
   if (g.kernel && g.structure == structure) return;
-  auto kernel =
-      impl.engine->kernel(optim::apply_precision(impl.rule->graph(g.options), precision));
+  Options plain = g.options;
+  if (plain.value("grad_centralization", false)) plain["grad_centralization"] = false;
+  auto kernel = impl.engine->kernel(optim::apply_precision(impl.rule->graph(plain), precision));
+  auto gc_kernel = resolve_gc_kernel(impl, g, *kernel, precision);
   std::vector<std::string> names =
       optim::precision_state_names(impl.rule->state_names(g.options), precision);
   std::vector<int> slots;
@@ -109,6 +140,7 @@ void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
     output_input.push_back(static_cast<size_t>(i));
   }
   g.kernel = std::move(kernel);
+  g.gc_kernel = std::move(gc_kernel);
   g.structure = std::move(structure);
   g.state_slot = std::move(slots);
   g.state_names = std::move(names);
@@ -167,7 +199,8 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   for (size_t i = 0; i < sig.inputs.size(); ++i) call.inputs[i] = input_pointer(t, sig.inputs[i]);
   call.outputs.resize(g.output_input.size());
   for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
-  g.kernel->run(call);
+  call.cols = t.gc_cols(g.options);
+  (call.cols > 0 ? g.gc_kernel : g.kernel)->run(call);
 }
 
 // One group's kernel calls. Tensors small enough to be a single task each are spread over all
@@ -268,6 +301,7 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
     spans.push_back(span_of(r.grad, false, Impl::where(gi, ti, r)));
   }
   check_overlaps(std::move(spans));
+  check_gc_shapes(g.options, g.tensors, gi);
   impl_->groups.push_back(std::move(g));
 }
 
@@ -280,6 +314,7 @@ void Optimizer::set(size_t group, const std::string& name, const Options& value)
   Impl::Group changed = g;
   changed.options = merged;
   optim::group_precision(changed, group);  // e.g. stochastic_rounding on f32 params
+  check_gc_shapes(merged, g.tensors, group);
   g.options = std::move(merged);  // a structural change is picked up at the next step
 }
 
@@ -369,15 +404,21 @@ std::vector<Optimizer::KernelUse> Optimizer::kernel_uses() const {
   std::vector<KernelUse> uses;
   for (const auto& g : impl_->groups) {
     if (!g.kernel) continue;
-    auto it = std::find_if(uses.begin(), uses.end(),
-                           [&](const KernelUse& u) { return u.key == g.kernel->key(); });
-    if (it == uses.end()) {
-      uses.push_back({g.kernel->key(), g.kernel->name(), 0, 0, 0});
-      it = uses.end() - 1;
+    for (const Kernel* k : {g.kernel.get(), g.gc_kernel.get()}) {
+      if (!k) continue;
+      auto it = std::find_if(uses.begin(), uses.end(),
+                             [&](const KernelUse& u) { return u.key == k->key(); });
+      if (it == uses.end()) {
+        uses.push_back({k->key(), k->name(), 0, 0, 0});
+        it = uses.end() - 1;
+      }
+      it->groups += 1;
+      for (const auto& t : g.tensors) {
+        if ((t.gc_cols(g.options) > 0) != (k == g.gc_kernel.get())) continue;
+        it->tensors += 1;
+        it->elements += t.ref.param.numel;
+      }
     }
-    it->groups += 1;
-    it->tensors += static_cast<int64_t>(g.tensors.size());
-    for (const auto& t : g.tensors) it->elements += t.ref.param.numel;
   }
   return uses;
 }

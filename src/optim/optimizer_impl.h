@@ -20,6 +20,11 @@ struct Optimizer::Impl {
     optim::HostState host;                            // the rule's per-tensor host state
     std::map<std::string, std::vector<uint16_t>> state16;  // bf16 state (state_dtype "bf16")
     uint32_t stream = 0;  // this tensor's stochastic-rounding stream (precision.h)
+    // Gradient centralization applies (GC on and >= 2 dims): its row length, else 0.
+    int64_t gc_cols(const Options& options) const {
+      if (ref.param.shape.size() < 2 || !options.value("grad_centralization", false)) return 0;
+      return ref.param.numel / ref.param.shape[0];
+    }
   };
   struct Group {
     Options options;  // defaults merged with overrides, validated
@@ -27,6 +32,9 @@ struct Optimizer::Impl {
     // Resolved at the first step after a structural change:
     std::string structure;
     std::shared_ptr<const Kernel> kernel;
+    // With grad_centralization: the kernel for tensors with >= 2 dims (same signature as
+    // `kernel` plus per_row; null when GC is off or no tensor has 2 dims).
+    std::shared_ptr<const Kernel> gc_kernel;
     std::vector<int> state_slot;  // kernel input position -> index into state_names (-1: p / g)
     std::vector<std::string> state_names;
     std::vector<size_t> output_input;  // kernel output position -> the input position it replaces

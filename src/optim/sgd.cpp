@@ -3,12 +3,15 @@
 //   if momentum: b = (first step) ? g : momentum * b + (1 - dampening) * g
 //                g = nesterov ? g + momentum * b : b
 //   p -= lr * g
-// Structure (compiled in): whether a momentum buffer exists, Nesterov. Everything else, and the
+// grad_centralization (MindSpore's option; Yong et al. 2020): for tensors with >= 2 dims, g -=
+// its mean over all dims but the first, after weight decay (the GC paper's SGD_GC order).
+// Structure (compiled in): whether a momentum buffer exists, Nesterov, GC. Everything else, and the
 // first-step special case, are runtime scalars: at the first step buf_decay = 0 and grad_coef = 1
 // over a zero-filled buffer, which gives exactly b = g.
 #include <cmath>
 
 #include "optfuse/error.h"
+#include "optim/grad_centralization.h"
 #include "optim/options.h"
 #include "optim/rule.h"
 
@@ -21,7 +24,8 @@ class Sgd final : public UpdateRule {
 
   Options defaults() const override {
     return {{"lr", 1e-3},        {"momentum", 0.0},   {"dampening", 0.0},
-            {"weight_decay", 0.0}, {"nesterov", false}, {"maximize", false}};
+            {"weight_decay", 0.0}, {"nesterov", false}, {"maximize", false},
+            {"grad_centralization", false}};
   }
 
   void validate(const Options& h, const std::string& where) const override {
@@ -29,6 +33,7 @@ class Sgd final : public UpdateRule {
     double dampening = number(h, "dampening", where), wd = number(h, "weight_decay", where);
     bool nesterov = flag(h, "nesterov", where);
     flag(h, "maximize", where);
+    flag(h, "grad_centralization", where);
     if (lr < 0) throw Error(where + ": Invalid learning rate: " + pyfloat(lr));
     if (momentum < 0) throw Error(where + ": Invalid momentum value: " + pyfloat(momentum));
     if (wd < 0) throw Error(where + ": Invalid weight_decay value: " + pyfloat(wd));
@@ -38,14 +43,18 @@ class Sgd final : public UpdateRule {
 
   std::string structure(const Options& h) const override {
     return std::string("momentum=") + (has_momentum(h) ? "1" : "0") +
-           ",nesterov=" + (h.at("nesterov").get<bool>() ? "1" : "0");
+           ",nesterov=" + (h.at("nesterov").get<bool>() ? "1" : "0") +
+           (h.value("grad_centralization", false) ? ",gc=1" : "");
   }
 
   Graph graph(const Options& h) const override {
     bool momentum = has_momentum(h), nesterov = h.at("nesterov").get<bool>();
-    Graph gr(std::string("sgd") + (momentum ? (nesterov ? "_nesterov" : "_momentum") : ""));
+    bool gc = h.value("grad_centralization", false);
+    Graph gr(std::string("sgd") + (momentum ? (nesterov ? "_nesterov" : "_momentum") : "") +
+             (gc ? "_gc" : ""));
     Value p = gr.param("param"), g = gr.grad("grad");
     Value d = gr.scalar("grad_sign") * g + gr.scalar("weight_decay") * p;
+    if (gc) d = centralized(d);
     if (momentum) {
       Value b = gr.state("momentum_buffer");
       Value b_new = gr.scalar("buf_decay") * b + gr.scalar("grad_coef") * d;
