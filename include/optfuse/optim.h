@@ -66,7 +66,9 @@ Graph update_graph(const Options& config, const Options& overrides = {},
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",
-  // "adagrad", "rmsprop", "adamax", "nadam", "radam"; or "lion", which torch lacks) and
+  // "adagrad", "rmsprop", "adamax", "nadam", "radam"; or one torch lacks: "lion", "lamb" (apex
+  // FusedLAMB), "lars" (torchlars over SGD), whose trust ratios come from per-tensor norms
+  // reduced in the same kernel) and
   // optional defaults for every group, e.g. {"type":"adamw","lr":1e-3,"betas":[0.9,0.999]}.
   static std::unique_ptr<Optimizer> create(Engine& engine, const Options& config);
   ~Optimizer();

@@ -7,7 +7,8 @@
 namespace optfuse::optim {
 
 std::vector<std::string> rule_types() {
-  return {"adagrad", "adam", "adamax", "adamw", "lion", "nadam", "radam", "rmsprop", "sgd"};
+  return {"adagrad", "adam", "adamax", "adamw", "lamb", "lars",
+          "lion",    "nadam", "radam", "rmsprop", "sgd"};
 }
 
 std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
@@ -22,6 +23,8 @@ std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
   if (t == "nadam") return make_nadam();
   if (t == "radam") return make_radam();
   if (t == "lion") return make_lion();
+  if (t == "lamb") return make_lamb();
+  if (t == "lars") return make_lars();
   std::string known;
   for (const auto& k : rule_types()) known += (known.empty() ? "" : ", ") + k;
   throw Error("unknown optimizer type '" + type + "' (known: " + known + ")");
