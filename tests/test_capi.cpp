@@ -239,8 +239,8 @@ TEST(CApi, BadTargetBadJsonUnknownTypeAndInvalidValues) {
             OPTFUSE_ERR_INVALID);
   EXPECT_EQ(o, nullptr);
   EXPECT_THAT(last_error(), HasSubstr("not valid JSON"));
-  EXPECT_EQ(C_CALL(optfuse_optimizer_create(ce.e, R"({"type": "lamb"})", &o)), OPTFUSE_ERR_INVALID);
-  EXPECT_THAT(last_error(), HasSubstr("unknown optimizer type 'lamb'"));
+  EXPECT_EQ(C_CALL(optfuse_optimizer_create(ce.e, R"({"type": "lbfgs"})", &o)), OPTFUSE_ERR_INVALID);
+  EXPECT_THAT(last_error(), HasSubstr("unknown optimizer type 'lbfgs'"));
   EXPECT_EQ(C_CALL(optfuse_optimizer_create(ce.e, R"({"type": "sgd", "lr": -0.1})", &o)),
             OPTFUSE_ERR_INVALID);
   EXPECT_THAT(last_error(), HasSubstr("Invalid learning rate: -0.1"));
@@ -390,9 +390,9 @@ TEST(CApi, CachedEngineReadsKernelsFromDisk) {
 TEST(CApi, LastErrorIsPerThread) {
   CEngine ce;
   optfuse_optimizer* o = nullptr;
-  ASSERT_EQ(optfuse_optimizer_create(ce.e, R"({"type": "lamb"})", &o), OPTFUSE_ERR_INVALID);
+  ASSERT_EQ(optfuse_optimizer_create(ce.e, R"({"type": "lbfgs"})", &o), OPTFUSE_ERR_INVALID);
   std::string mine = last_error();
-  ASSERT_THAT(mine, HasSubstr("lamb"));
+  ASSERT_THAT(mine, HasSubstr("lbfgs"));
   std::string theirs;
   std::thread([&] {
     optfuse_optimizer* other = nullptr;

@@ -43,6 +43,8 @@ Graph every_op_graph() {
     if (op_has(op, kLeaf)) continue;
     if (op == Op::Cast) {
       for (DType t : kAllDTypes) g.make(op, {x}, t);
+    } else if (op == Op::RoundSR) {
+      g.make(op, {x, g.scalar("key", DType::F64)});
     } else if (op == Op::Opaque) {
       opaque("all \"reduce\"", x);  // a name that needs escaping
     } else if (op_arity(op) == 1) {

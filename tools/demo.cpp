@@ -1,4 +1,5 @@
-// `optfuse demo`: AdamW steps on a transformer-shaped model, reporting what a user wants to know:
+// `optfuse demo`: optimizer steps (AdamW, f32 by default; --optimizer, --dtype, --state-dtype) on a
+// transformer-shaped model, reporting what a user wants to know:
 // compile time and kernels, step time, effective bandwidth and its share of this machine's limit
 // (a 4-read-3-write kernel measured in the same run).
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -38,6 +40,9 @@ struct DemoOptions {
   bool no_cache = false;
   bool json = false;
   std::string schedules;  // --schedules (tools/schedules_option.h)
+  std::string optimizer = "adamw";  // any optimizer_types() name
+  std::string dtype = "f32";        // params and grads: f32, bf16 or f16
+  std::string state_dtype = "f32";  // optimizer state: f32 or bf16
 };
 
 struct TensorSpec {
@@ -141,6 +146,30 @@ class LimitProbe {
   std::vector<KernelCall> calls_;
 };
 
+// The optimizer config: the chosen type with the demo's lr, and GPT-style betas where it has any.
+Options demo_config(const DemoOptions& o) {
+  Options defaults = optimizer_defaults(o.optimizer);
+  Options config = {{"type", o.optimizer}, {"lr", 3e-4}, {"state_dtype", o.state_dtype}};
+  if (defaults.contains("betas")) config["betas"] = {0.9, 0.95};
+  return config;
+}
+
+// `v` rounded to nearest even in 16-bit dtype `t`, as raw words (the demo's values are finite).
+std::vector<uint16_t> to_16bit(const std::vector<float>& v, DType t) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::BF16) {
+      uint32_t b;
+      std::memcpy(&b, &v[i], 4);
+      out[i] = static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+    } else {
+      _Float16 h = static_cast<_Float16>(v[i]);  // GCC on x86-64: IEEE binary16, RNE
+      std::memcpy(&out[i], &h, 2);
+    }
+  }
+  return out;
+}
+
 int run_demo(const DemoOptions& o) {
   auto t_start = Clock::now();
   std::vector<TensorSpec> layout = transformer_layout(o);
@@ -149,8 +178,13 @@ int run_demo(const DemoOptions& o) {
 
   // Start-up: engine creation until every kernel of the first step is ready to call (with a warm
   // cache: no Halide compilation, objects read from disk and loaded into ORC).
-  const Options config = {{"type", "adamw"}, {"lr", 3e-4}, {"betas", {0.9, 0.95}}};
-  const Options overrides[2] = {{{"weight_decay", 0.1}}, {{"weight_decay", 0.0}}};
+  DType dtype = DType::F32;
+  if (!parse_dtype(o.dtype, &dtype))
+    throw Error("--dtype: unknown dtype '" + o.dtype + "' (f32, bf16 or f16)");
+  const Options config = demo_config(o);
+  const bool has_wd = optimizer_defaults(o.optimizer).contains("weight_decay");
+  const Options overrides[2] = {has_wd ? Options{{"weight_decay", 0.1}} : Options::object(),
+                                has_wd ? Options{{"weight_decay", 0.0}} : Options::object()};
   auto t_engine = Clock::now();
   EngineOptions eo;
   eo.target = o.target;
@@ -161,7 +195,7 @@ int run_demo(const DemoOptions& o) {
   // The kernels the first step will use: per group, one per distinct tensor size when tuned
   // schedules are loaded (the optimizer picks them per size), else one.
   for (int decay = 1; decay >= 0; --decay) {
-    Graph graph = update_graph(config, overrides[decay ? 0 : 1]);
+    Graph graph = update_graph(config, overrides[decay ? 0 : 1], dtype, dtype);
     std::set<int64_t> sizes;
     for (const auto& t : layout)
       if (t.decay == bool(decay)) sizes.insert(engine.tuned_schedules() ? t.numel() : 0);
@@ -169,8 +203,14 @@ int run_demo(const DemoOptions& o) {
   }
   double startup = seconds_since(t_engine);
   EngineCounters at_start = engine.counters();
-  log(o, "optfuse demo: AdamW on a transformer-shaped model, %.1f M fp32 parameters in %zu tensors\n",
-      total / 1e6, layout.size());
+  const bool classic = o.optimizer == "adamw" && dtype == DType::F32 && o.state_dtype == "f32";
+  if (classic)
+    log(o, "optfuse demo: AdamW on a transformer-shaped model, %.1f M fp32 parameters in %zu tensors\n",
+        total / 1e6, layout.size());
+  else
+    log(o, "optfuse demo: %s on a transformer-shaped model, %.1f M %s parameters (grads %s, "
+        "state %s) in %zu tensors\n", o.optimizer.c_str(), total / 1e6, o.dtype.c_str(),
+        o.dtype.c_str(), o.state_dtype.c_str(), layout.size());
   log(o, "target %s, %d threads, cache %s\n", engine.target_string().c_str(), engine.num_threads(),
       eo.cache_dir.empty() ? "off (memory only)" : eo.cache_dir.c_str());
   log(o, "schedules: %s\n", engine.tuned_schedules()
@@ -191,10 +231,20 @@ int run_demo(const DemoOptions& o) {
     fill(params.back(), static_cast<uint32_t>(2 * i + 1), 0.02f);
     fill(grads.back(), static_cast<uint32_t>(2 * i + 2), 0.001f);
   }
+  // 16-bit runs keep the f32 grads for the limit probe only and free the f32 params.
+  std::vector<std::vector<uint16_t>> params16, grads16;
+  if (dtype != DType::F32)
+    for (size_t i = 0; i < layout.size(); ++i) {
+      params16.push_back(to_16bit(params[i], dtype));
+      grads16.push_back(to_16bit(grads[i], dtype));
+      std::vector<float>().swap(params[i]);
+    }
   std::vector<ParamRef> decay, no_decay;
   for (size_t i = 0; i < layout.size(); ++i) {
-    ParamRef r{{params[i].data(), layout[i].numel(), layout[i].shape},
-               {grads[i].data(), layout[i].numel(), layout[i].shape},
+    void* p = dtype == DType::F32 ? static_cast<void*>(params[i].data()) : params16[i].data();
+    void* g = dtype == DType::F32 ? static_cast<void*>(grads[i].data()) : grads16[i].data();
+    ParamRef r{{p, layout[i].numel(), layout[i].shape, dtype},
+               {g, layout[i].numel(), layout[i].shape, dtype},
                layout[i].name};
     (layout[i].decay ? decay : no_decay).push_back(r);
   }
@@ -239,7 +289,9 @@ int run_demo(const DemoOptions& o) {
   double share = median(shares);  // of step / limit-pass pairs: robust to drift between pairs
 
   nlohmann::json report = {
-      {"optimizer", "adamw"},
+      {"optimizer", o.optimizer},
+      {"dtype", o.dtype},
+      {"state_dtype", o.state_dtype},
       {"parameters", total},
       {"tensors", layout.size()},
       {"groups", opt->num_groups()},
@@ -277,8 +329,12 @@ int run_demo(const DemoOptions& o) {
   std::printf("\n== summary ==\n");
   std::printf("step time        %.1f ms (median of %d; min %.1f ms)\n", step_s * 1e3, o.steps,
               report["step_ms_min"].get<double>());
-  std::printf("traffic          %.2f GB per step (%.0f B/element: 4 reads + 3 writes of fp32)\n",
-              bytes / 1e9, bytes / static_cast<double>(total));
+  if (classic)
+    std::printf("traffic          %.2f GB per step (%.0f B/element: 4 reads + 3 writes of fp32)\n",
+                bytes / 1e9, bytes / static_cast<double>(total));
+  else
+    std::printf("traffic          %.2f GB per step (%.0f B/element, each tensor in its dtype)\n",
+                bytes / 1e9, bytes / static_cast<double>(total));
   std::printf("bandwidth        %.1f GB/s\n", gbps);
   std::printf("machine limit    %.1f GB/s (4-read-3-write kernel, same tensors, same run)\n",
               ceil_gbps);
@@ -300,8 +356,8 @@ int run_demo(const DemoOptions& o) {
 
 void add_demo_command(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
-  CLI::App* cmd = app.add_subcommand("demo", "Run AdamW steps on a built-in ~100M-parameter "
-                                             "transformer layout and report speed");
+  CLI::App* cmd = app.add_subcommand("demo", "Run optimizer steps (AdamW by default) on a built-in "
+                                             "~100M-parameter transformer layout and report speed");
   cmd->add_option("--steps", o->steps, "timed steps after the first")->check(CLI::Range(1, 100000))
       ->capture_default_str();
   cmd->add_option("--layers", o->layers, "transformer layers")->check(CLI::Range(0, 1000))
@@ -317,6 +373,13 @@ void add_demo_command(CLI::App& app) {
                   "kernel cache directory (default: $OPTFUSE_CACHE_DIR, $XDG_CACHE_HOME/optfuse, "
                   "~/.cache/optfuse)");
   cmd->add_flag("--no-cache", o->no_cache, "keep compiled kernels in memory only");
+  cmd->add_option("--optimizer", o->optimizer, "optimizer type (torch.optim names, or lion)")
+      ->check(CLI::IsMember(optimizer_types()))->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "param and grad dtype (16-bit params get f32 master "
+                  "weights inside the optimizer)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))->capture_default_str();
+  cmd->add_option("--state-dtype", o->state_dtype, "optimizer state dtype")
+      ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   cmd->add_flag("--json", o->json, "print a machine-readable JSON report (progress goes to stderr)");
   add_schedules_option(cmd, &o->schedules);
   cmd->callback([o] {

@@ -179,6 +179,11 @@ Value exp(Value a);
 Value log(Value a);
 Value select(Value cond, Value if_true, Value if_false);
 Value cast(Value a, DType to);
+// Stochastic rounding of an f32 tensor to bf16 (ops.def): rounds |x| up with probability equal
+// to the fraction of a bf16 ulp it lies above the value below, so E[round_sr(x)] = x; NaN stays
+// NaN. `key` is a uniform f64 integer in [0, 2^32) (e.g. a hash of seed and step): same key, same
+// bits. The element index is the position within the kernel call.
+Value round_sr(Value x, Value key);
 Value is_finite(Value a);  // bool: neither inf nor NaN
 // An opaque op named `callee` applied to `a` (see ops.def): kernels never contain it.
 Value opaque(const std::string& callee, Value a);

@@ -9,8 +9,9 @@
  *   optfuse_optimizer_add_group(o, n, params, grads, numels, NULL, NULL, "{\"weight_decay\":0.1}");
  *   optfuse_optimizer_step(o);
  *
- * An engine must outlive the optimizers created from it. Buffers are float32 host memory owned by
- * the caller and must stay valid while the optimizer uses them. */
+ * An engine must outlive the optimizers created from it. Buffers are host memory owned by the
+ * caller (float32, or bf16/f16 through the _typed functions) and must stay valid while the
+ * optimizer uses them. */
 #ifndef OPTFUSE_OPTFUSE_H
 #define OPTFUSE_OPTFUSE_H
 
@@ -53,8 +54,8 @@ void optfuse_engine_destroy(optfuse_engine* engine);
 int optfuse_engine_counters(const optfuse_engine* engine, optfuse_counters* out);
 
 /* config_json: {"type": one of "sgd", "adam", "adamw", "adagrad", "rmsprop", "adamax", "nadam",
- * "radam" (torch.optim class names, any case) or "lion", and that optimizer's torch.optim
- * options as defaults}. */
+ * "radam" (torch.optim class names, any case) or "lion", "lamb", "lars", and that optimizer's
+ * torch.optim options as defaults}. */
 int optfuse_optimizer_create(optfuse_engine* engine, const char* config_json, optfuse_optimizer** out);
 void optfuse_optimizer_destroy(optfuse_optimizer* opt);
 
@@ -65,6 +66,20 @@ int optfuse_optimizer_add_group(optfuse_optimizer* opt, size_t n, float* const* 
                                 float* const* grads, const int64_t* numels,
                                 const int64_t* const* shapes, const int* ndims,
                                 const char* overrides_json);
+
+/* Element types of params and grads (mixed precision): bf16 and f16 buffers hold raw 16-bit
+ * words (uint16_t). */
+typedef enum { OPTFUSE_F32 = 0, OPTFUSE_BF16 = 1, OPTFUSE_F16 = 2 } optfuse_dtype;
+
+/* As optfuse_optimizer_add_group, with every param of the group in param_dtype and every grad in
+ * grad_dtype. A 16-bit param gets an f32 master copy inside the optimizer; per-group options
+ * "state_dtype" ("f32" or "bf16"), "stochastic_rounding" (bf16 params) and "rounding_seed" go in
+ * overrides_json (or the optimizer config). */
+int optfuse_optimizer_add_group_typed(optfuse_optimizer* opt, size_t n, void* const* params,
+                                      optfuse_dtype param_dtype, void* const* grads,
+                                      optfuse_dtype grad_dtype, const int64_t* numels,
+                                      const int64_t* const* shapes, const int* ndims,
+                                      const char* overrides_json);
 
 int optfuse_optimizer_step(optfuse_optimizer* opt);
 
@@ -102,6 +117,9 @@ int optfuse_optimizer_get_hyper(const optfuse_optimizer* opt, size_t group, cons
                                 double* out);
 int optfuse_optimizer_set_grad(optfuse_optimizer* opt, size_t group, size_t index, float* grad,
                                int64_t numel);
+/* The same for a grad of any supported dtype (it must match the tensor's current grad dtype). */
+int optfuse_optimizer_set_grad_typed(optfuse_optimizer* opt, size_t group, size_t index,
+                                     void* grad, optfuse_dtype dtype, int64_t numel);
 
 int optfuse_optimizer_save(const optfuse_optimizer* opt, const char* path);
 int optfuse_optimizer_load(optfuse_optimizer* opt, const char* path);

@@ -7,7 +7,7 @@
 //   opt->add_param_group({{b_ref, b_grad_ref}, ...}, {{"weight_decay", 0.0}});
 //   for (...) { /* fill grads */ opt->step(); }
 //
-// Parameters and gradients are float32 host buffers owned by the caller; optimizer state
+// Parameters and gradients are host buffers owned by the caller (f32, bf16 or f16); optimizer state
 // (exp_avg, momentum_buffer, sum, ...) is owned by the optimizer, created lazily at the first step
 // with torch's initial values (zeros; Adagrad's sum: initial_accumulator_value). One compiled kernel serves every tensor of every group whose update has
 // the same STRUCTURE (e.g. AdamW without AMSGrad); hyperparameter values and sizes are call
@@ -50,11 +50,23 @@ namespace optfuse {
 
 using Options = nlohmann::json;  // torch.optim option names -> values, e.g. {"lr": 1e-3}
 
-// A float32 host tensor owned by the caller.
+// A host tensor owned by the caller: `numel` elements of `dtype` at `data` (f32 by default, so
+// TensorRef{float_ptr, n} is an f32 tensor; bf16 and f16 are raw 16-bit words, e.g. uint16_t).
+//
+// Mixed precision (any optimizer): a group's params may be bf16 or f16, its grads f32, bf16 or
+// f16 (one param dtype and one grad dtype per group). A 16-bit param gets an f32 master copy
+// owned by the optimizer (state "master", made from the param's values at its first step and
+// saved with the state); each step is ONE kernel pass that reads master and grad, computes in
+// f32, and writes master, state and the param rounded to its dtype. Group options:
+//   "state_dtype": "f32" | "bf16"    optimizer state stored in bf16 (computed in f32, stored RNE)
+//   "stochastic_rounding": bool      bf16 params rounded stochastically instead of to nearest
+//                                    even (unbiased; reproducible: same seed + step -> same bits)
+//   "rounding_seed": integer         in [0, 2^32), the seed of those roundings
 struct TensorRef {
-  float* data = nullptr;
+  void* data = nullptr;
   int64_t numel = 0;
   std::vector<int64_t> shape;  // optional; when given, its product must equal numel
+  DType dtype = DType::F32;
 };
 
 struct ParamRef {
@@ -69,7 +81,9 @@ Options optimizer_defaults(const std::string& type);
 
 // The update graph a parameter group runs: `config` as for Optimizer::create, `overrides` as for
 // add_param_group (merged and validated the same way). For warming a cache without tensors.
-Graph update_graph(const Options& config, const Options& overrides = {});
+// `param` and `grad` are the group's tensor dtypes (mixed precision, see TensorRef).
+Graph update_graph(const Options& config, const Options& overrides = {},
+                   DType param = DType::F32, DType grad = DType::F32);
 
 // ---- Custom optimizers ----------------------------------------------------------------------
 // A user-defined update rule served exactly like the built-ins: its graph is normalized (idioms,
@@ -123,7 +137,9 @@ struct StepResult {
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",
-  // "adagrad", "rmsprop", "adamax", "nadam", "radam"; or "lion", which torch lacks) and
+  // "adagrad", "rmsprop", "adamax", "nadam", "radam"; or one torch lacks: "lion", "lamb" (apex
+  // FusedLAMB), "lars" (torchlars over SGD), whose trust ratios come from per-tensor norms
+  // reduced in the same kernel) and
   // optional defaults for every group, e.g. {"type":"adamw","lr":1e-3,"betas":[0.9,0.999]}.
   static std::unique_ptr<Optimizer> create(Engine& engine, const Options& config);
   ~Optimizer();
@@ -132,7 +148,8 @@ class Optimizer {
 
   // Adds a group; `overrides` replace the optimizer's defaults for this group only.
   // Rejects an empty group, null pointers, numel/shape mismatches, a grad that overlaps any
-  // param, a tensor already in this or another group, and invalid hyperparameters.
+  // param, a tensor already in this or another group, and invalid hyperparameters; unsupported
+  // dtypes, and params (or grads) of different dtypes in one group.
   void add_param_group(const std::vector<ParamRef>& params, const Options& overrides = {});
 
   // One update of every parameter of every group (one fused kernel call per tensor), or one
@@ -151,12 +168,16 @@ class Optimizer {
   size_t num_groups() const;
   size_t group_size(size_t group) const;
 
-  // Points a parameter at a new gradient buffer (same numel; must not overlap any param).
+  // Points a parameter at a new gradient buffer (same numel and dtype; must not overlap any param).
   void set_grad(size_t group, size_t index, const TensorRef& grad);
 
   // Per-tensor state, as torch names it ("exp_avg", "momentum_buffer", "sum", "square_avg",
   // "grad_avg", "exp_inf", ...); null if absent. NAdam's scalar mu_product is kept on the host.
+  // f32 state only (the master copy of a 16-bit param is "master"); bf16 state (state_dtype
+  // "bf16") is in state_bf16() as raw bits, and state_values() widens either kind to f32.
   const std::vector<float>* state(size_t group, size_t index, const std::string& name) const;
+  const std::vector<uint16_t>* state_bf16(size_t group, size_t index, const std::string& name) const;
+  std::vector<float> state_values(size_t group, size_t index, const std::string& name) const;
   int64_t step_count(size_t group, size_t index) const;
 
   // Writes / reads every group's options, step counts and state to a file (with the loss
@@ -176,7 +197,8 @@ class Optimizer {
   };
   std::vector<KernelUse> kernel_uses() const;
 
-  // Bytes each step() reads plus writes (params, grads, state), for bandwidth figures.
+  // Bytes each step() reads plus writes (params, grads, state, master copies, each in its own
+  // dtype; a 16-bit param is written but not read), for bandwidth figures.
   int64_t bytes_per_step() const;
 
   struct Impl;

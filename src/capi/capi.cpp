@@ -111,10 +111,25 @@ int optfuse_optimizer_create(optfuse_engine* engine, const char* config_json, op
 
 void optfuse_optimizer_destroy(optfuse_optimizer* opt) { delete opt; }
 
-int optfuse_optimizer_add_group(optfuse_optimizer* opt, size_t n, float* const* params,
-                                float* const* grads, const int64_t* numels,
-                                const int64_t* const* shapes, const int* ndims,
-                                const char* overrides_json) {
+namespace {
+
+// The C dtype codes (optfuse.h) as optfuse::DType; Error naming the code otherwise.
+optfuse::DType c_dtype(int code, const char* what) {
+  switch (code) {
+    case OPTFUSE_F32:
+      return optfuse::DType::F32;
+    case OPTFUSE_BF16:
+      return optfuse::DType::BF16;
+    case OPTFUSE_F16:
+      return optfuse::DType::F16;
+  }
+  throw optfuse::Error(std::string(what) + " dtype code " + std::to_string(code) +
+                       " is not one of OPTFUSE_F32 (0), OPTFUSE_BF16 (1), OPTFUSE_F16 (2)");
+}
+
+int add_group(optfuse_optimizer* opt, size_t n, void* const* params, int param_dtype,
+              void* const* grads, int grad_dtype, const int64_t* numels,
+              const int64_t* const* shapes, const int* ndims, const char* overrides_json) {
   OPTFUSE_REQUIRE(opt);
   if (n > 0) {
     OPTFUSE_REQUIRE(params);
@@ -126,8 +141,8 @@ int optfuse_optimizer_add_group(optfuse_optimizer* opt, size_t n, float* const* 
   return guarded([&] {
     std::vector<optfuse::ParamRef> refs(n);
     for (size_t i = 0; i < n; ++i) {
-      refs[i].param = {params[i], numels[i], {}};
-      refs[i].grad = {grads[i], numels[i], {}};
+      refs[i].param = {params[i], numels[i], {}, c_dtype(param_dtype, "param")};
+      refs[i].grad = {grads[i], numels[i], {}, c_dtype(grad_dtype, "grad")};
       if (shapes) {
         if (ndims[i] < 0 || (ndims[i] > 0 && shapes[i] == nullptr))
           throw optfuse::Error("tensor " + std::to_string(i) + ": shape is NULL or ndims < 0");
@@ -140,6 +155,26 @@ int optfuse_optimizer_add_group(optfuse_optimizer* opt, size_t n, float* const* 
     }
     opt->opt->add_param_group(refs, parse_json(overrides_json, "overrides"));
   });
+}
+
+}  // namespace
+
+int optfuse_optimizer_add_group(optfuse_optimizer* opt, size_t n, float* const* params,
+                                float* const* grads, const int64_t* numels,
+                                const int64_t* const* shapes, const int* ndims,
+                                const char* overrides_json) {
+  return add_group(opt, n, reinterpret_cast<void* const*>(params), OPTFUSE_F32,
+                   reinterpret_cast<void* const*>(grads), OPTFUSE_F32, numels, shapes, ndims,
+                   overrides_json);
+}
+
+int optfuse_optimizer_add_group_typed(optfuse_optimizer* opt, size_t n, void* const* params,
+                                      optfuse_dtype param_dtype, void* const* grads,
+                                      optfuse_dtype grad_dtype, const int64_t* numels,
+                                      const int64_t* const* shapes, const int* ndims,
+                                      const char* overrides_json) {
+  return add_group(opt, n, params, param_dtype, grads, grad_dtype, numels, shapes, ndims,
+                   overrides_json);
 }
 
 int optfuse_optimizer_step(optfuse_optimizer* opt) {
@@ -202,6 +237,13 @@ int optfuse_optimizer_set_grad(optfuse_optimizer* opt, size_t group, size_t inde
                                int64_t numel) {
   OPTFUSE_REQUIRE(opt);
   return guarded([&] { opt->opt->set_grad(group, index, {grad, numel, {}}); });
+}
+
+int optfuse_optimizer_set_grad_typed(optfuse_optimizer* opt, size_t group, size_t index,
+                                     void* grad, optfuse_dtype dtype, int64_t numel) {
+  OPTFUSE_REQUIRE(opt);
+  return guarded(
+      [&] { opt->opt->set_grad(group, index, {grad, numel, {}, c_dtype(dtype, "grad")}); });
 }
 
 int optfuse_optimizer_save(const optfuse_optimizer* opt, const char* path) {

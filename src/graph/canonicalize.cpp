@@ -56,7 +56,8 @@ class Simplifier {
  private:
   NodeId simplify(Node n) {
     if (op_has(n.op, kLeaf)) return add(std::move(n));
-    if (all_constant(n) && n.op != Op::Opaque) return fold(n);  // an external call is kept
+    // round_sr needs an element index; an external call is kept.
+    if (all_constant(n) && n.op != Op::RoundSR && n.op != Op::Opaque) return fold(n);
     if (std::optional<NodeId> same = identity(n)) return *same;
     if (op_has(n.op, kCommutative) && hashes_[n.args[1]] < hashes_[n.args[0]])
       std::swap(n.args[0], n.args[1]);

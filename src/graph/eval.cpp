@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -106,6 +107,8 @@ double eval_op(Op op, DType t, const double* a) {
       return std::isfinite(a[0]) ? 1.0 : 0.0;
     case Op::Cast:
       return round_to_dtype(a[0], t);
+    case Op::RoundSR:
+      internal_error("eval_op: round_sr depends on the element index (use round_sr())");
     case Op::Opaque:
       return a[0];  // stands in for the external computation (graph.h)
     // Reductions are not element-wise: interpret.cpp evaluates them (reduce()).
@@ -139,6 +142,26 @@ double reduce(Op op, const double* v, size_t count) {
   }
   if (op == Op::ReduceMean || op == Op::RowMean) acc /= static_cast<double>(count);
   return acc;
+}
+
+uint32_t round_sr_bits(uint32_t key, uint32_t index) {
+  uint32_t h = (index * 0x9e3779b9u) ^ key;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h >> 16;
+}
+
+double round_sr(double x, uint32_t key, uint32_t index) {
+  float f = static_cast<float>(round_to_dtype(x, DType::F32));
+  if (std::isnan(f)) return round_to_dtype(f, DType::BF16);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits = (bits + round_sr_bits(key, index)) & 0xffff0000u;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 }  // namespace optfuse::graph_detail

@@ -54,6 +54,15 @@ void check_types(const Graph& g, const Node& n) {
     if (n.dtype != want) fail("result dtype " + dt_str(n.dtype) + " should be " + dt_str(want));
   };
   if (n.op == Op::Cast || op_has(n.op, kLeaf)) return;
+  if (n.op == Op::RoundSR) {
+    if (operand(0) != DType::F32)
+      fail("operand 1 has dtype " + dt_str(operand(0)) + "; expected f32 (rounded to bf16)");
+    if (operand(1) != DType::F64 || g.node(n.args[1]).is_tensor)
+      fail("operand 2 (the key) must be a uniform f64 holding an integer, got a " +
+           std::string(g.node(n.args[1]).is_tensor ? "tensor " : "uniform ") +
+           dt_str(operand(1)));
+    return require_result(DType::BF16);
+  }
   if (n.op == Op::Opaque) return require_result(operand(0));
   if (n.op == Op::Select) {
     if (operand(0) != DType::Bool)
@@ -107,6 +116,7 @@ void adopt_constant_dtypes(Graph& g, NodeId& a, NodeId& b) {
 
 DType result_dtype(const Graph& g, Op op, const std::vector<NodeId>& args, DType cast_to) {
   if (op == Op::Cast) return cast_to;
+  if (op == Op::RoundSR) return DType::BF16;
   if (op_has(op, kCompare)) return DType::Bool;
   if (op == Op::Select) return g.node(args[1]).dtype;
   return g.node(args[0]).dtype;
@@ -143,7 +153,7 @@ NodeId Graph::add_node(Node n) {
   check_types(*this, n);
   std::string key = intern_key(n);
   if (auto it = intern_.find(key); it != intern_.end()) return it->second;
-  n.is_tensor = n.op == Op::Input;
+  n.is_tensor = n.op == Op::Input || n.op == Op::RoundSR;  // round_sr depends on the index
   for (NodeId a : n.args) n.is_tensor = n.is_tensor || node(a).is_tensor;
   if (op_has(n.op, kReduce)) n.is_tensor = false;  // one value for the whole tensor
   auto id = static_cast<NodeId>(nodes_.size());
@@ -277,6 +287,7 @@ Value select(Value cond, Value if_true, Value if_false) {
   return build(Op::Select, {cond, if_true, if_false});
 }
 Value cast(Value a, DType to) { return build(Op::Cast, {a}, to); }
+Value round_sr(Value x, Value key) { return build(Op::RoundSR, {x, key}); }
 Value is_finite(Value a) { return build(Op::IsFinite, {a}); }
 
 Value opaque(const std::string& callee, Value a) {

@@ -67,7 +67,11 @@ Values evaluate(const Node& node, const std::vector<Values>& computed, size_t n)
       const Values& a = computed[node.args[k]];
       args[k] = a.size() == 1 ? a[0] : a[i];  // a uniform operand is broadcast
     }
-    out[i] = graph_detail::eval_op(node.op, node.dtype, args);
+    if (node.op == Op::RoundSR)  // the key is an integer below 2^32 (checked by the kernel call)
+      out[i] = graph_detail::round_sr(args[0], static_cast<uint32_t>(static_cast<uint64_t>(args[1])),
+                                      static_cast<uint32_t>(i));
+    else
+      out[i] = graph_detail::eval_op(node.op, node.dtype, args);
   }
   return out;
 }

@@ -120,6 +120,18 @@ class PipelineBuilder {
     return outs;
   }
 
+  // Inputs some node, output or result reads. An input only written (a bf16 param whose update
+  // is computed from its f32 master copy) keeps its ImageParam, which the output then
+  // overwrites, but is never loaded: no bytes are read for it.
+  std::vector<bool> read_inputs() const {
+    std::vector<bool> read(g_.nodes().size(), false);
+    for (const Node& n : g_.nodes())
+      for (NodeId a : n.args) read[a] = true;
+    for (const Output& o : g_.outputs()) read[o.value] = true;
+    for (const Result& r : g_.results()) read[r.value] = true;
+    return read;
+  }
+
   std::vector<Result> sorted_results() const {
     std::vector<Result> rs = g_.results();
     std::stable_sort(rs.begin(), rs.end(),
@@ -132,10 +144,15 @@ class PipelineBuilder {
   void make_leaves() {
     const int dims = static_cast<int>(vars_.size());
     std::vector<Expr> loads;
+    const std::vector<bool> read = read_inputs();
     for (size_t id = 0; id < g_.nodes().size(); ++id) {
       const Node& n = g_.nodes()[id];
       if (n.op == Op::Input) {
         inputs_.emplace_back(halide_type(n.dtype), dims, identifier("in", inputs_.size(), n.name));
+        if (!read[id]) {
+          input_slot_.push_back({static_cast<NodeId>(id), -1});  // never loaded
+          continue;
+        }
         input_slot_.push_back({static_cast<NodeId>(id), static_cast<int>(loads.size())});
         loads.push_back(inputs_.back()(vars_));
       } else if (n.op == Op::Scalar) {
@@ -149,7 +166,7 @@ class PipelineBuilder {
     funcs_.load = Func("load");
     define(funcs_.load, vars_, loads);
     for (auto [id, slot] : input_slot_)
-      texpr_[kMain][id] = element(funcs_.load(vars_), slot, loads.size());
+      if (slot >= 0) texpr_[kMain][id] = element(funcs_.load(vars_), slot, loads.size());
   }
 
   // The nodes the element-wise stage computes per element: everything the outputs reach, except
@@ -229,7 +246,13 @@ class PipelineBuilder {
     if (op_has(n.op, kRowReduce)) return memo = row_reduction(id);
     std::vector<Expr> args;
     for (NodeId a : n.args) args.push_back(operand(a, ctx));
+    if (n.op == Op::RoundSR) return memo = round_sr_bf16(args[0], args[1], element_index());
     return memo = lower_op(n.op, n.dtype, args, Precision::Fast);
+  }
+
+  // The element's position in the call: x, or x + y * cols for per-row graphs.
+  Expr element_index() const {
+    return funcs_.per_row ? Expr(funcs_.x) + Expr(funcs_.y) * cols_ : Expr(funcs_.x);
   }
 
   // The operand of reduction node `id` as an f64 Func over the pipeline's vars.
@@ -275,7 +298,8 @@ class PipelineBuilder {
   std::vector<Expr> uexpr_;        // memo by node id
   std::vector<Expr> texpr_[2];     // memo by context, node id
   std::vector<Halide::ImageParam> inputs_;
-  std::vector<std::pair<NodeId, int>> input_slot_;  // i: inputs_[i]'s node and its load slot
+  // i: inputs_[i]'s node and its load slot (-1: not read, not loaded)
+  std::vector<std::pair<NodeId, int>> input_slot_;
   std::vector<Halide::Param<>> scalars_;
   std::vector<NodeId> uniform_ids_;  // uniforms Func element i computes node uniform_ids_[i]
   Halide::Param<int32_t> chunk_{"chunk"};

@@ -108,6 +108,8 @@ Expr lower_f32_or_wider(Op op, const std::vector<Expr>& a, Precision p) {
     }
     case Op::Cast:
       return a[0];  // the caller converts to the result dtype
+    case Op::RoundSR:
+      internal_error("lower_op: round_sr needs the element index (round_sr_bf16)");
     case Op::Opaque:
       break;  // never lowered: lower.cpp refuses graphs with opaque ops first
     // Reductions are stages of their own (reduce.cpp), never per-element expressions.
@@ -149,6 +151,23 @@ Expr lower_op(Op op, DType t, const std::vector<Expr>& args, Precision p) {
   Expr r = lower_f32_or_wider(op, wide, t == DType::F32 ? p : Precision::Exact);
   Halide::Type want = halide_type(t);
   return r.type() == want ? r : Halide::cast(want, r);
+}
+
+Expr round_sr_bf16(const Expr& x, const Expr& key, const Expr& index) {
+  using Halide::UInt;
+  auto u32 = [](uint32_t v) { return Halide::Internal::make_const(UInt(32), v); };
+  Expr k = Halide::cast(UInt(32), Halide::cast(UInt(64), key));  // as the interpreter: mod 2^32
+  Expr h = (Halide::cast(UInt(32), index) * u32(0x9e3779b9u)) ^ k;
+  h = h ^ (h >> 16);
+  h = h * u32(0x85ebca6bu);
+  h = h ^ (h >> 13);
+  h = h * u32(0xc2b2ae35u);
+  h = h ^ (h >> 16);
+  Expr f = widen(x);
+  Expr up = (bits_of(f) + (h >> 16)) & u32(0xffff0000u);
+  Expr rounded = Halide::reinterpret(Halide::Float(32), up);  // exact in bf16: low bits are 0
+  // A NaN's bits plus a carry could turn into an infinity or change sign: NaN rounds as NaN.
+  return Halide::cast(Halide::BFloat(16), Halide::select(is_nan_bits(f), f, rounded));
 }
 
 // The hardware estimate treats subnormal inputs as zero, so those are scaled by an exact power of

@@ -24,6 +24,11 @@ Halide::Expr nan_min_max(bool is_min, const Halide::Expr& a, const Halide::Expr&
 // A constant of dtype `t` (the graph already rounded `v` to `t`).
 Halide::Expr constant(double v, DType t);
 
+// round_sr (graph.h, graph/eval.cpp): f32 `x` to bf16 with the random bits of element `index`
+// (Int(32)) under `key` (a uniform f64 integer); 32-bit integer ops only, so it vectorizes.
+Halide::Expr round_sr_bf16(const Halide::Expr& x, const Halide::Expr& key,
+                           const Halide::Expr& index);
+
 // f32 1/sqrt(x) from the hardware estimate plus ONE Newton step; IEEE results for 0, -0, +inf,
 // negatives and NaN; max error measured in README.md. Never the bare estimate (~3e-4 relative).
 Halide::Expr fast_rsqrt_f32(const Halide::Expr& x);

@@ -10,6 +10,7 @@
 #include "optfuse/error.h"
 #include "optim/optimizer_impl.h"
 #include "optim/options.h"
+#include "optim/state_buffers.h"
 
 namespace optfuse {
 
@@ -51,7 +52,7 @@ struct Span {
 
 Span span_of(const TensorRef& t, bool is_param, std::string who) {
   auto b = reinterpret_cast<uintptr_t>(t.data);
-  return {b, b + static_cast<uintptr_t>(t.numel) * sizeof(float), is_param, std::move(who)};
+  return {b, b + static_cast<uintptr_t>(t.numel) * dtype_size(t.dtype), is_param, std::move(who)};
 }
 
 // Rejects any overlap that involves a param (grads may share memory with each other: read-only).
@@ -123,23 +124,27 @@ void assign_tensor_kernels(Impl& impl, Impl::Group& g, const Graph& plain,
   }
 }
 
-// Binds a group to the kernel for its current structure (compiling on first use).
-void resolve_kernel(Impl& impl, Impl::Group& g) {
+// Binds a group to the kernel for its current structure and dtypes (compiling on first use).
+void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
+  const optim::Precision precision = optim::group_precision(g, group);
   const optim::GradPrologue prologue = impl.control.prologue();
-  std::string structure = impl.rule->structure(g.options) + prologue.structure();
+  std::string structure =
+      impl.rule->structure(g.options) + prologue.structure() + "|" + precision.str();
   // (load_state replaces the tensors, so each must still have its kernel.)
   if (g.kernel && g.structure == structure &&
       std::all_of(g.tensors.begin(), g.tensors.end(), [](const Impl::Tensor& t) { return t.kernel; }))
     return;
   auto graph_for = [&](const Options& options) {
-    return optim::with_grad_prologue(impl.rule->graph(options), prologue);
+    return optim::apply_precision(
+        optim::with_grad_prologue(impl.rule->graph(options), prologue), precision);
   };
   Options plain = g.options;
   if (plain.value("grad_centralization", false)) plain["grad_centralization"] = false;
   const Graph plain_graph = graph_for(plain);
   auto kernel = impl.engine->kernel(plain_graph);  // the group's signature
   assign_tensor_kernels(impl, g, plain_graph, [&] { return graph_for(g.options); }, *kernel);
-  std::vector<std::string> names = impl.rule->state_names(g.options);
+  std::vector<std::string> names =
+      optim::precision_state_names(impl.rule->state_names(g.options), precision);
   if (prologue.accumulated) names.push_back(optim::kGradAccum);  // read-only: no output
   std::vector<int> slots;
   for (const auto& in : kernel->signature().inputs) {
@@ -162,13 +167,15 @@ void resolve_kernel(Impl& impl, Impl::Group& g) {
   g.state_slot = std::move(slots);
   g.state_names = std::move(names);
   g.output_input = std::move(output_input);
+  g.precision = precision;
+  g.key_slot = g.kernel->signature().scalar_index(optim::kRoundingKey);
 }
 
 void* input_pointer(Impl::Tensor& t, const KernelSignature::TensorArg& arg) {
   switch (arg.role) {
     case Role::Param: return t.ref.param.data;
     case Role::Grad: return t.ref.grad.data;
-    case Role::State: return t.state.at(arg.name).data();
+    case Role::State: return optim::state_pointer(t, arg.name, arg.dtype);
   }
   internal_error("bad role");
 }
@@ -188,6 +195,7 @@ const std::vector<double>& step_scalars(const Impl& impl, const Impl::Group& g, 
   std::map<std::string, double> values;
   impl.rule->scalars(g.options, optim::TensorStep{step, created_now, &t.host}, &values);
   values[optim::kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
+  values[optim::kRoundingKey] = 0;  // per tensor: run_tensor sets it
   memo.values.clear();
   for (const auto& s : g.kernel->signature().scalars) {
     auto it = values.find(s.name);
@@ -205,6 +213,9 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
                 bool created_now) {
   KernelCall& call = lane.call;
   call.scalars = step_scalars(impl, g, lane, t, created_now);
+  if (g.key_slot >= 0)
+    call.scalars[static_cast<size_t>(g.key_slot)] = optim::rounding_key(
+        g.options.at("rounding_seed").get<uint64_t>(), t.step, t.stream);
   call.n = t.ref.param.numel;
   const KernelSignature& sig = g.kernel->signature();
   call.inputs.resize(sig.inputs.size());
@@ -266,8 +277,10 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
   rest.erase("type");
   rest.erase("rule");
   impl->control = optim::StepControl(optim::take_step_options(&rest));
-  impl->defaults = optim::merge(impl->rule->defaults(), rest, impl->rule->type(), "optimizer config");
+  impl->defaults = optim::merge(optim::with_precision_defaults(impl->rule->defaults()), rest,
+                                impl->rule->type(), "optimizer config");
   impl->rule->validate(impl->defaults, "optimizer config");
+  optim::validate_precision(impl->defaults, "optimizer config");
   return std::unique_ptr<Optimizer>(new Optimizer(std::move(impl)));
 }
 
@@ -293,6 +306,7 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
   Impl::Group g;
   g.options = optim::merge(impl_->defaults, overrides, impl_->rule->type(), where);
   impl_->rule->validate(g.options, where);
+  optim::validate_precision(g.options, where);
   for (size_t ti = 0; ti < params.size(); ++ti) {
     const ParamRef& r = params[ti];
     std::string who = Impl::where(gi, ti, r);
@@ -301,8 +315,10 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
     if (r.grad.numel != r.param.numel)
       throw Error(who + ": grad has " + std::to_string(r.grad.numel) + " elements but param has " +
                   std::to_string(r.param.numel));
-    g.tensors.push_back(Impl::Tensor{r, 0, {}, {}, nullptr});
+    g.tensors.push_back(Impl::Tensor{r, 0, {}, {}, {}, 0, nullptr});
+    g.tensors.back().stream = optim::tensor_stream(gi, ti);
   }
+  optim::tensors_precision(g.options, params, gi);
   std::vector<Span> spans = all_spans(impl_->groups);
   for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
     const ParamRef& r = g.tensors[ti].ref;
@@ -320,6 +336,10 @@ void Optimizer::set(size_t group, const std::string& name, const Options& value)
   Options merged =
       optim::merge(g.options, Options{{name, value}}, impl_->rule->type(), Impl::where(group));
   impl_->rule->validate(merged, Impl::where(group));
+  optim::validate_precision(merged, Impl::where(group));
+  Impl::Group changed = g;
+  changed.options = merged;
+  optim::group_precision(changed, group);  // e.g. stochastic_rounding on f32 params
   check_gc_shapes(merged, g.tensors, group);
   g.options = std::move(merged);  // a structural change is picked up at the next step
 }
@@ -339,6 +359,9 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
   Impl::Tensor& t = g.tensors[index];
   std::string who = Impl::where(group, index, t.ref);
   check_tensor(grad, "grad", who);
+  if (grad.dtype != t.ref.grad.dtype)
+    throw Error(who + ": the new grad's dtype " + std::string(dtype_name(grad.dtype)) +
+                " differs from the group's grad dtype " + std::string(dtype_name(t.ref.grad.dtype)));
   if (grad.numel != t.ref.param.numel)
     throw Error(who + ": grad has " + std::to_string(grad.numel) + " elements but param has " +
                 std::to_string(t.ref.param.numel));
@@ -353,26 +376,19 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
 static void update(Impl& impl) {
   Impl* const impl_ = &impl;
   // Phase 1: kernels (compilation errors surface here, before any write).
-  for (auto& g : impl_->groups) resolve_kernel(*impl_, g);
+  for (size_t gi = 0; gi < impl_->groups.size(); ++gi) resolve_kernel(*impl_, impl_->groups[gi], gi);
 
-  // Phase 2: state, allocated completely before any is installed.
-  struct Pending {
-    Impl::Tensor* tensor;
-    std::string name;
-    std::vector<float> values;
-  };
-  std::vector<Pending> pending;
+  // Phase 2: state (and master copies), allocated completely before any is installed.
+  std::vector<optim::PendingState> pending;
   for (auto& g : impl_->groups)
-    for (auto& t : g.tensors)
-      for (const auto& name : g.state_names)
-        if (name != optim::kGradAccum && !t.state.count(name)) {
-          auto fill = static_cast<float>(impl_->rule->initial_state_value(g.options, name));
-          pending.push_back({&t, name, std::vector<float>(static_cast<size_t>(t.ref.param.numel), fill)});
-        }
+    for (auto& t : g.tensors) optim::plan_state(*impl_->rule, g, t, &pending);
   std::vector<const Impl::Tensor*> created;
   for (auto& p : pending) {
-    p.tensor->state.emplace(p.name, std::move(p.values));
-    created.push_back(p.tensor);
+    // A converted buffer (state_dtype changed) or a master copy is not new state for the rule.
+    bool fresh = !p.tensor->state.count(p.name) && !p.tensor->state16.count(p.name) &&
+                 p.name != optim::kMasterState;
+    optim::install(p);
+    if (fresh) created.push_back(p.tensor);
   }
   // Host state: a tensor that has none yet (its first step) starts with the rule's initial one.
   const optim::HostState initial_host = impl_->rule->initial_host_state();
@@ -399,6 +415,21 @@ const std::vector<float>* Optimizer::state(size_t group, size_t index, const std
   if (index >= g.tensors.size()) return nullptr;
   auto it = g.tensors[index].state.find(name);
   return it == g.tensors[index].state.end() ? nullptr : &it->second;
+}
+
+const std::vector<uint16_t>* Optimizer::state_bf16(size_t group, size_t index,
+                                                   const std::string& name) const {
+  const Impl::Group& g = group_at(*impl_, group);
+  if (index >= g.tensors.size()) return nullptr;
+  auto it = g.tensors[index].state16.find(name);
+  return it == g.tensors[index].state16.end() ? nullptr : &it->second;
+}
+
+std::vector<float> Optimizer::state_values(size_t group, size_t index, const std::string& name) const {
+  if (const std::vector<float>* f = state(group, index, name)) return *f;
+  if (const std::vector<uint16_t>* b = state_bf16(group, index, name))
+    return optim::widen_to_f32(b->data(), DType::BF16, static_cast<int64_t>(b->size()));
+  return {};
 }
 
 int64_t Optimizer::step_count(size_t group, size_t index) const {
@@ -432,12 +463,14 @@ std::vector<Optimizer::KernelUse> Optimizer::kernel_uses() const {
 
 int64_t Optimizer::bytes_per_step() const {
   int64_t bytes = 0;
-  for (const auto& g : impl_->groups) {
+  for (size_t gi = 0; gi < impl_->groups.size(); ++gi) {
+    const Impl::Group& g = impl_->groups[gi];
     int64_t states = static_cast<int64_t>(impl_->rule->state_names(g.options).size());
-    int64_t accum = impl_->control.options.accumulating() ? 1 : 0;  // grad_accum, read only
-    // reads: param, grad, each state; writes: param, each state
+    optim::Precision p = optim::group_precision(g, gi);
+    // grad_accum (f32) is read once more when accumulating
+    const int64_t accum = impl_->control.options.accumulating() ? 4 : 0;
     for (const auto& t : g.tensors)
-      bytes += t.ref.param.numel * int64_t(sizeof(float)) * (3 + 2 * states + accum);
+      bytes += optim::bytes_per_step(t.ref.param.numel, p, states) + accum * t.ref.param.numel;
   }
   return bytes;
 }

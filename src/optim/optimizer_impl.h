@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "optfuse/optim.h"
+#include "optim/precision.h"
 #include "optim/rule.h"
 #include "optim/step_control.h"
 #include "optim/worker_pool.h"
@@ -18,6 +19,8 @@ struct Optimizer::Impl {
     int64_t step = 0;                                  // torch's state['step']
     std::map<std::string, std::vector<float>> state;  // created lazily at the first step
     optim::HostState host;                            // the rule's per-tensor host state
+    std::map<std::string, std::vector<uint16_t>> state16;  // bf16 state (state_dtype "bf16")
+    uint32_t stream = 0;  // this tensor's stochastic-rounding stream (precision.h)
     // Gradient centralization applies (GC on and >= 2 dims): its row length, else 0.
     int64_t gc_cols(const Options& options) const {
       if (ref.param.shape.size() < 2 || !options.value("grad_centralization", false)) return 0;
@@ -36,6 +39,8 @@ struct Optimizer::Impl {
     std::vector<int> state_slot;  // kernel input position -> index into state_names (-1: p / g)
     std::vector<std::string> state_names;
     std::vector<size_t> output_input;  // kernel output position -> the input position it replaces
+    optim::Precision precision;        // the dtypes of the bound kernel
+    int key_slot = -1;                 // scalar position of round_sr's key; -1 if none
 
     // Scratch for step(), one lane per thread: tensors of a group nearly always share their step
     // and host state, so the scalars (and the host state they lead to) are computed once and

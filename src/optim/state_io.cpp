@@ -6,10 +6,11 @@
 //                                        optimizer without step options is still version 1, and
 //                                        both are read)
 //   u64 header_size, header              JSON: type, per group: options, per tensor: numel,
-//                                        step, the names of its state buffers, in order, and
+//                                        step, the names of its f32 state buffers ("state") and
+//                                        of its bf16 ones ("state_bf16", when any), in order, and
 //                                        (when the rule keeps any) its host state as exact doubles;
 //                                        "step": step options, micro_step, scaler (version 2)
-//   f32 data                             every state buffer, in header order
+//   data                                 every state buffer, in header order: f32 ones, then bf16
 //   u64 hi, u64 lo                       XXH3-128 of everything before it
 // Written to a temporary file and renamed, so a crash never leaves a half-written file in place.
 // Read completely and checked before the optimizer is touched.
@@ -23,6 +24,8 @@
 #include "optfuse/error.h"
 #include "optim/optimizer_impl.h"
 #include "optim/options.h"
+#include "optim/precision.h"
+#include "optim/state_buffers.h"
 
 namespace optfuse {
 
@@ -73,7 +76,13 @@ void Optimizer::save_state(const std::string& path) const {
         names.push_back(name);
         append(&data, buf.data(), buf.size() * sizeof(float));
       }
+      Options names16 = Options::array();
+      for (const auto& [name, buf] : t.state16) {
+        names16.push_back(name);
+        append(&data, buf.data(), buf.size() * sizeof(uint16_t));
+      }
       Options entry = {{"numel", t.ref.param.numel}, {"step", t.step}, {"state", names}};
+      if (!names16.empty()) entry["state_bf16"] = names16;
       if (!t.host.empty()) entry["host"] = t.host;  // JSON doubles print with 17 digits: exact
       tensors.push_back(std::move(entry));
     }
@@ -122,9 +131,17 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
     const Options& fg = groups[gi];
     const std::string where = Impl::where(gi);
     const Options& file_options = fg.at("options");
-    Options options = optim::merge(impl.rule->defaults(), file_options, type, where);
-    if (file_options.size() != options.size()) throw Error(where + ": options are incomplete");
+    // Files written before mixed precision lack its options: they get the defaults.
+    Options options = optim::merge(optim::with_precision_defaults(impl.rule->defaults()),
+                                   file_options, type, where);
+    const Options rule_defaults = impl.rule->defaults();
+    for (auto it = rule_defaults.begin(); it != rule_defaults.end(); ++it)
+      if (!file_options.contains(it.key())) throw Error(where + ": options are incomplete");
     impl.rule->validate(options, where);
+    optim::validate_precision(options, where);
+    std::vector<ParamRef> refs;
+    for (const auto& t : g.tensors) refs.push_back(t.ref);
+    optim::tensors_precision(options, refs, gi);  // e.g. stochastic rounding of f32 params
     const Options& ft_list = fg.at("tensors");
     if (!ft_list.is_array() || ft_list.size() != g.tensors.size())
       throw Error(where + " has " + std::to_string(ft_list.size()) + " tensors in the file but " +
@@ -134,7 +151,8 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
     for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
       const Options& ft = ft_list[ti];
       const ParamRef& ref = g.tensors[ti].ref;
-      Impl::Tensor t{ref, ft.at("step").get<int64_t>(), {}, {}};
+      Impl::Tensor t{ref, ft.at("step").get<int64_t>(), {}, {}, {}, 0};
+      t.stream = g.tensors[ti].stream;
       if (t.step < 0) throw Error(Impl::where(gi, ti, ref) + ": negative step count");
       if (ft.contains("host"))
         for (auto it = ft.at("host").begin(); it != ft.at("host").end(); ++it) {
@@ -150,18 +168,38 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
       if (numel != ref.param.numel)
         throw Error(Impl::where(gi, ti, ref) + " has " + std::to_string(numel) +
                     " elements in the file but " + std::to_string(ref.param.numel) + " here");
-      for (const auto& entry : ft.at("state")) {
-        std::string name = entry.get<std::string>();
+      auto check_name = [&](const std::string& name) {
+        if (name == optim::kMasterState) {
+          if (ref.param.dtype == DType::F32)
+            throw Error(Impl::where(gi, ti, ref) + ": the file has master weights (for a 16-bit " +
+                        "param) but the param here is f32");
+          return;
+        }
         if (std::find(known.begin(), known.end(), name) == known.end())
           throw Error(Impl::where(gi, ti, ref) + ": '" + name + "' is not " + type + " state");
-        size_t n = static_cast<size_t>(numel) * sizeof(float);
-        if (n > data_end - pos) throw Error("truncated state data");
-        std::vector<float> buf(static_cast<size_t>(numel));
-        std::memcpy(buf.data(), bytes.data() + pos, n);
-        pos += n;
-        if (!t.state.emplace(name, std::move(buf)).second)
+        if (t.state.count(name) || t.state16.count(name))
           throw Error(Impl::where(gi, ti, ref) + ": state '" + name + "' appears twice");
+      };
+      auto read = [&](auto* buf) {
+        size_t n = static_cast<size_t>(numel) * sizeof((*buf)[0]);
+        if (n > data_end - pos) throw Error("truncated state data");
+        buf->resize(static_cast<size_t>(numel));
+        std::memcpy(buf->data(), bytes.data() + pos, n);
+        pos += n;
+      };
+      for (const auto& entry : ft.at("state")) {
+        std::string name = entry.get<std::string>();
+        check_name(name);
+        read(&t.state[name]);
       }
+      if (ft.contains("state_bf16"))
+        for (const auto& entry : ft.at("state_bf16")) {
+          std::string name = entry.get<std::string>();
+          if (name == optim::kMasterState)
+            throw Error(Impl::where(gi, ti, ref) + ": master weights must be f32");
+          check_name(name);
+          read(&t.state16[name]);
+        }
       out.tensors.back().push_back(std::move(t));
     }
   }

@@ -1,0 +1,205 @@
+#include "optim/precision.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "optfuse/error.h"
+#include "optim/options.h"
+
+namespace optfuse::optim {
+
+const char* const kMasterState = "master";
+const char* const kRoundingKey = "rounding_key";
+
+std::string Precision::str() const {
+  return std::string("param=") + std::string(dtype_name(param)) + ",grad=" +
+         std::string(dtype_name(grad)) + ",state=" + std::string(dtype_name(state)) +
+         ",sr=" + (stochastic ? "1" : "0");
+}
+
+Options precision_defaults() {
+  return {{"state_dtype", "f32"}, {"stochastic_rounding", false}, {"rounding_seed", 0}};
+}
+
+Options with_precision_defaults(Options rule_defaults) {
+  const Options defaults = precision_defaults();  // named: items() would dangle on a temporary
+  for (auto it = defaults.begin(); it != defaults.end(); ++it) rule_defaults[it.key()] = *it;
+  return rule_defaults;
+}
+
+void validate_precision(const Options& h, const std::string& where) {
+  const Options& sd = h.at("state_dtype");
+  if (!sd.is_string() || (sd != "f32" && sd != "bf16"))
+    throw Error(where + ": option 'state_dtype' must be \"f32\" or \"bf16\", got " + sd.dump());
+  flag(h, "stochastic_rounding", where);
+  double seed = number(h, "rounding_seed", where);
+  if (seed < 0 || seed >= 4294967296.0 || seed != std::floor(seed))
+    throw Error(where + ": option 'rounding_seed' must be an integer in [0, 2^32), got " +
+                pyfloat(seed));
+}
+
+void check_tensor_dtype(DType t, const char* what, const std::string& where) {
+  if (t == DType::F32 || t == DType::BF16 || t == DType::F16) return;
+  throw Error(where + ": " + what + " dtype " + std::string(dtype_name(t)) +
+              " is not supported (params and grads are f32, bf16 or f16)");
+}
+
+Precision group_precision(const Options& h, DType param, DType grad, const std::string& where) {
+  Precision p;
+  p.param = param;
+  p.grad = grad;
+  p.state = h.at("state_dtype") == "bf16" ? DType::BF16 : DType::F32;
+  p.stochastic = h.at("stochastic_rounding").get<bool>();
+  if (p.stochastic && param != DType::BF16)
+    throw Error(where + ": stochastic_rounding needs bf16 params, the params are " +
+                std::string(dtype_name(param)));
+  return p;
+}
+
+namespace {
+
+// Copies `in` node by node into a new graph, changing how tensors are stored (see precision.h).
+class PrecisionRewriter {
+ public:
+  PrecisionRewriter(const Graph& in, const Precision& p) : in_(in), p_(p), out_(name(in, p)) {}
+
+  Graph run() {
+    std::vector<NodeId> to_out;
+    for (const Node& n : in_.nodes()) to_out.push_back(copy(n, to_out));
+    for (const Output& o : in_.outputs()) store(o, out_.value(to_out[o.value]));
+    return std::move(out_);
+  }
+
+ private:
+  static std::string name(const Graph& in, const Precision& p) {
+    std::string s = in.name();
+    if (p.has_master()) s += "_" + std::string(dtype_name(p.param)) + (p.stochastic ? "sr" : "");
+    if (p.grad != DType::F32) s += "_g" + std::string(dtype_name(p.grad));
+    if (p.state != DType::F32) s += "_s" + std::string(dtype_name(p.state));
+    return s;
+  }
+
+  NodeId copy(Node n, const std::vector<NodeId>& to_out) {
+    if (n.op != Op::Input) {
+      for (NodeId& a : n.args) a = to_out[a];
+      return out_.add_node(std::move(n));
+    }
+    if (n.dtype != DType::F32)
+      internal_error("precision: rule graph input '" + n.name + "' is not f32");
+    switch (n.role) {
+      case Role::Param:
+        if (!p_.has_master()) break;
+        if (!param_name_.empty()) internal_error("precision: rule graph has two params");
+        param_name_ = n.name;
+        out_.param(n.name, p_.param);  // written only
+        return out_.state(kMasterState, DType::F32).id();
+      case Role::Grad:
+        return widened(out_.grad(n.name, p_.grad));
+      case Role::State:
+        if (n.name == kMasterState) internal_error("precision: rule state named 'master'");
+        return widened(out_.state(n.name, p_.state));
+    }
+    return out_.add_node(std::move(n));
+  }
+
+  NodeId widened(Value v) { return cast(v, DType::F32).id(); }
+
+  void store(const Output& o, Value v) {
+    if (o.replaces == param_name_) {
+      out_.output(kMasterState, v);
+      Value low = p_.stochastic ? round_sr(v, out_.scalar(kRoundingKey, DType::F64))
+                                : cast(v, p_.param);
+      out_.output(o.replaces, low);
+      return;
+    }
+    NodeId in = in_.find_input(o.replaces);
+    bool state = in >= 0 && in_.node(in).role == Role::State;
+    out_.output(o.replaces, state && p_.state != DType::F32 ? cast(v, p_.state) : v);
+  }
+
+  const Graph& in_;
+  const Precision& p_;
+  Graph out_;
+  std::string param_name_;  // the rule's param input, when it gets a master copy
+};
+
+}  // namespace
+
+Graph apply_precision(const Graph& rule_graph, const Precision& p) {
+  if (!p.has_master() && p.grad == DType::F32 && p.state == DType::F32) return rule_graph;
+  return PrecisionRewriter(rule_graph, p).run();
+}
+
+std::vector<std::string> precision_state_names(std::vector<std::string> rule_names,
+                                               const Precision& p) {
+  if (p.has_master()) rule_names.push_back(kMasterState);
+  return rule_names;
+}
+
+DType state_buffer_dtype(const std::string& name, const Precision& p) {
+  return name == kMasterState ? DType::F32 : p.state;
+}
+
+namespace {
+
+// SplitMix64's finalizer: a bijection on 64 bits with full avalanche.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+double rounding_key(uint64_t seed, int64_t step, uint32_t stream) {
+  uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull);
+  h = mix64(h ^ static_cast<uint64_t>(step));
+  h = mix64(h ^ stream);
+  return static_cast<double>(h >> 32);  // an integer below 2^32: exact in the f64 scalar
+}
+
+uint32_t tensor_stream(size_t group, size_t index) {
+  return static_cast<uint32_t>(mix64((uint64_t(group) << 32) ^ uint64_t(index)));
+}
+
+uint16_t to_bf16_bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  if (std::isnan(x)) return static_cast<uint16_t>((b >> 16) | 0x40);  // stays a (quiet) NaN
+  b += 0x7fffu + ((b >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<uint16_t>(b >> 16);
+}
+
+float from_bf16_bits(uint16_t h) {
+  uint32_t b = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+float from_f16_bits(uint16_t h) {
+  int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, frac = h & 0x3ff;
+  float mag;
+  if (exp == 0)
+    mag = std::ldexp(static_cast<float>(frac), -24);  // subnormal
+  else if (exp == 31)
+    mag = frac ? NAN : INFINITY;
+  else
+    mag = std::ldexp(static_cast<float>(frac | 0x400), exp - 25);
+  return sign ? -mag : mag;
+}
+
+std::vector<float> widen_to_f32(const void* data, DType t, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  if (t == DType::F32) {
+    std::memcpy(out.data(), data, out.size() * sizeof(float));
+    return out;
+  }
+  const auto* h = static_cast<const uint16_t*>(data);
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = t == DType::BF16 ? from_bf16_bits(h[i]) : from_f16_bits(h[i]);
+  return out;
+}
+
+}  // namespace optfuse::optim

@@ -1,0 +1,74 @@
+#pragma once
+// Mixed precision for every optimizer, as a transform of the rule's f32 update graph.
+//
+// A group's Precision says how its tensors are stored: params f32, bf16 or f16; grads f32, bf16
+// or f16; optimizer state f32 or bf16. The rule always describes the update in f32; the
+// transform adds the conversions, so ONE kernel pass
+//   * reads the f32 master copy of a 16-bit param (state "master", created from the param values
+//     at its first step) instead of the param, and the grad in its own dtype, widened to f32;
+//   * reads bf16 states widened to f32, computes in f32, and stores them rounded to bf16 (RNE);
+//   * writes the new master (f32) and the param copy rounded to its dtype: round-to-nearest-even,
+//     or for bf16 params, stochastic rounding (round_sr) keyed by (rounding_seed, step, tensor).
+// The 16-bit param is written, never read (lowering does not load an input nothing reads).
+//
+// Group options (accepted by every optimizer, beside torch's):
+//   "state_dtype": "f32" (default) or "bf16"
+//   "stochastic_rounding": false (default) or true (bf16 params only)
+//   "rounding_seed": integer in [0, 2^32) (default 0)
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "optfuse/graph.h"
+#include "optfuse/optim.h"
+
+namespace optfuse::optim {
+
+struct Precision {
+  DType param = DType::F32;
+  DType grad = DType::F32;
+  DType state = DType::F32;
+  bool stochastic = false;
+  bool has_master() const { return param != DType::F32; }
+  // Appended to the rule's structure string: differs exactly when the transformed graph does.
+  std::string str() const;
+};
+
+// The name of the f32 master copy of a 16-bit param, and of the scalar holding round_sr's key.
+extern const char* const kMasterState;
+extern const char* const kRoundingKey;
+
+// The precision options with their defaults, merged into every optimizer's defaults.
+Options precision_defaults();
+Options with_precision_defaults(Options rule_defaults);
+// Checks the precision options of merged group options `h` (kinds, names, seed range).
+void validate_precision(const Options& h, const std::string& where);
+// Error unless `t` is a dtype tensors may have (f32, bf16, f16); `what` is "param" or "grad".
+void check_tensor_dtype(DType t, const char* what, const std::string& where);
+
+// The group's precision from its options and its tensors' dtypes. Throws if stochastic rounding
+// is asked for params that are not bf16.
+Precision group_precision(const Options& h, DType param, DType grad, const std::string& where);
+
+// The rule's f32 graph rewritten for `p` (unchanged when everything is f32).
+Graph apply_precision(const Graph& rule_graph, const Precision& p);
+
+// The state buffers a tensor keeps: the rule's, plus the master copy for 16-bit params.
+std::vector<std::string> precision_state_names(std::vector<std::string> rule_names,
+                                               const Precision& p);
+// The dtype a state buffer is stored in.
+DType state_buffer_dtype(const std::string& name, const Precision& p);
+
+// round_sr's key for one tensor and step: a hash of (seed, step, stream), below 2^32. `stream`
+// identifies the tensor (tensor_stream), so tensors of a group draw independent bits.
+double rounding_key(uint64_t seed, int64_t step, uint32_t stream);
+uint32_t tensor_stream(size_t group, size_t index);
+
+// Element conversions for state creation and inspection (round-to-nearest-even).
+uint16_t to_bf16_bits(float x);
+float from_bf16_bits(uint16_t b);
+float from_f16_bits(uint16_t b);
+// Widens `n` elements of dtype `t` at `data` to f32 (exact for every 16-bit value).
+std::vector<float> widen_to_f32(const void* data, DType t, int64_t n);
+
+}  // namespace optfuse::optim

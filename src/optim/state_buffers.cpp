@@ -1,0 +1,85 @@
+#include "optim/state_buffers.h"
+
+#include "optfuse/error.h"
+#include "optim/grad_prologue.h"
+
+namespace optfuse::optim {
+
+using Impl = Optimizer::Impl;
+
+Precision tensors_precision(const Options& h, const std::vector<ParamRef>& refs, size_t group) {
+  const ParamRef& first = refs.at(0);
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const std::string who = Impl::where(group, i, refs[i]);
+    check_tensor_dtype(refs[i].param.dtype, "param", who);
+    check_tensor_dtype(refs[i].grad.dtype, "grad", who);
+    auto differs = [&](const char* what, DType got, DType want) {
+      if (got != want)
+        throw Error(who + ": " + what + " dtype " + std::string(dtype_name(got)) +
+                    " differs from the group's " + std::string(dtype_name(want)) + " (tensor 0)" +
+                    "; one group has one param dtype and one grad dtype: put it in another group");
+    };
+    differs("param", refs[i].param.dtype, first.param.dtype);
+    differs("grad", refs[i].grad.dtype, first.grad.dtype);
+  }
+  return group_precision(h, first.param.dtype, first.grad.dtype, Impl::where(group));
+}
+
+Precision group_precision(const Impl::Group& g, size_t group) {
+  std::vector<ParamRef> refs;
+  for (const auto& t : g.tensors) refs.push_back(t.ref);
+  return tensors_precision(g.options, refs, group);
+}
+
+void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
+                std::vector<PendingState>* out) {
+  const size_t n = static_cast<size_t>(t.ref.param.numel);
+  for (const auto& name : g.state_names) {
+    if (name == kGradAccum) continue;  // made by the accumulation micro-steps (step_control.cpp)
+    DType want = state_buffer_dtype(name, g.precision);
+    auto f32 = t.state.find(name);
+    auto b16 = t.state16.find(name);
+    if (want == DType::F32 ? f32 != t.state.end() : b16 != t.state16.end()) continue;
+    PendingState p{&t, name, want, {}, {}};
+    if (name == kMasterState) {
+      p.f32 = widen_to_f32(t.ref.param.data, t.ref.param.dtype, t.ref.param.numel);
+    } else if (want == DType::F32 && b16 != t.state16.end()) {
+      p.f32.resize(n);
+      for (size_t i = 0; i < n; ++i) p.f32[i] = from_bf16_bits(b16->second[i]);
+    } else if (want == DType::BF16 && f32 != t.state.end()) {
+      p.bf16.resize(n);
+      for (size_t i = 0; i < n; ++i) p.bf16[i] = to_bf16_bits(f32->second[i]);
+    } else {
+      auto fill = static_cast<float>(rule.initial_state_value(g.options, name));
+      if (want == DType::F32)
+        p.f32.assign(n, fill);
+      else
+        p.bf16.assign(n, to_bf16_bits(fill));
+    }
+    out->push_back(std::move(p));
+  }
+}
+
+void install(PendingState& p) {
+  if (p.dtype == DType::F32) {
+    p.tensor->state16.erase(p.name);
+    p.tensor->state[p.name] = std::move(p.f32);
+  } else {
+    p.tensor->state.erase(p.name);
+    p.tensor->state16[p.name] = std::move(p.bf16);
+  }
+}
+
+void* state_pointer(Impl::Tensor& t, const std::string& name, DType dtype) {
+  if (dtype == DType::F32) return t.state.at(name).data();
+  return t.state16.at(name).data();
+}
+
+int64_t bytes_per_step(int64_t numel, const Precision& p, int64_t states) {
+  int64_t param = p.has_master() ? 4 + 4 + int64_t(dtype_size(p.param))  // master r+w, param w
+                                 : 2 * int64_t(dtype_size(p.param));     // param r+w
+  int64_t per_element = param + int64_t(dtype_size(p.grad)) + 2 * states * int64_t(dtype_size(p.state));
+  return numel * per_element;
+}
+
+}  // namespace optfuse::optim

@@ -1,0 +1,40 @@
+#pragma once
+// The Optimizer's per-tensor buffers under mixed precision (precision.h): which dtype each state
+// buffer has, creating it (or converting it when the group's state_dtype changed), and the
+// group-wide dtype rules. Used by optimizer.cpp (step) and state_io.cpp (load).
+#include <string>
+#include <vector>
+
+#include "optim/optimizer_impl.h"
+
+namespace optfuse::optim {
+
+// The group's precision from its options and its tensors, which must all have one param dtype
+// and one grad dtype (each f32, bf16 or f16). Throws Error naming the tensor at fault.
+Precision tensors_precision(const Options& h, const std::vector<ParamRef>& refs, size_t group);
+Precision group_precision(const Optimizer::Impl::Group& g, size_t group);
+
+// A state buffer made (or converted) for a step but not yet installed: phase 2 of step() builds
+// all of them before changing anything.
+struct PendingState {
+  Optimizer::Impl::Tensor* tensor;
+  std::string name;
+  DType dtype;
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+};
+
+// Appends the buffers `t` lacks for group `g`'s kernel: the master copy from the param's values,
+// rule state filled with its initial value, and state held in the other dtype (state_dtype was
+// changed) converted (RNE to bf16, exact to f32).
+void plan_state(const UpdateRule& rule, const Optimizer::Impl::Group& g,
+                Optimizer::Impl::Tensor& t, std::vector<PendingState>* out);
+void install(PendingState& p);
+
+// The state buffer a kernel input reads (it exists: step() made it).
+void* state_pointer(Optimizer::Impl::Tensor& t, const std::string& name, DType dtype);
+
+// Bytes one step moves for a tensor of `numel` elements with `states` rule state buffers.
+int64_t bytes_per_step(int64_t numel, const Precision& p, int64_t states);
+
+}  // namespace optfuse::optim
