@@ -41,9 +41,11 @@ Graph with_grad_prologue(const Graph& rule_graph, const GradPrologue& p) {
   return out;
 }
 
-Graph accumulate_graph(bool first) {
-  Graph gr(first ? "grad_accum_init" : "grad_accum_add");
-  Value acc = gr.state(kGradAccum), g = gr.grad("grad");
+Graph accumulate_graph(bool first, DType grad) {
+  Graph gr(std::string(first ? "grad_accum_init" : "grad_accum_add") +
+           (grad == DType::F32 ? "" : "_g" + std::string(dtype_name(grad))));
+  Value acc = gr.state(kGradAccum), g = gr.grad("grad", grad);
+  if (grad != DType::F32) g = cast(g, DType::F32);
   gr.output(kGradAccum, first ? g : acc + g);
   return gr;
 }

@@ -32,7 +32,8 @@ struct GradPrologue {
 Graph with_grad_prologue(const Graph& rule_graph, const GradPrologue& p);
 
 // The micro-step kernels of gradient accumulation: "grad_accum" = grad (first micro-step: no
-// zeroing pass, the old contents are never read) or "grad_accum" = grad_accum + grad.
-Graph accumulate_graph(bool first);
+// zeroing pass, the old contents are never read) or "grad_accum" = grad_accum + grad. The buffer
+// is f32 whatever the gradients' dtype (`grad`: f32, bf16 or f16, widened exactly).
+Graph accumulate_graph(bool first, DType grad = DType::F32);
 
 }  // namespace optfuse::optim

@@ -28,17 +28,19 @@ struct GradStats {
 };
 
 struct StatsInput {
-  const float* grad = nullptr;
+  const void* grad = nullptr;  // of the kernel's grad dtype
   const float* acc = nullptr;  // null: x = grad
   int64_t n = 0;
 };
 
-// The statistics graph: inputs "grad" (and state "grad_accum" when `accumulated`), results
-// "sumsq" (and "maxabs" when `want_maxabs`). No outputs: nothing is written.
-Graph grad_stats_graph(bool accumulated, bool want_maxabs);
+// The statistics graph: inputs "grad" of dtype `grad` (f32, bf16 or f16: widened exactly to f32)
+// and state "grad_accum" (f32) when `accumulated`; results "sumsq" (and "maxabs" when
+// `want_maxabs`). No outputs: nothing is written.
+Graph grad_stats_graph(bool accumulated, bool want_maxabs, DType grad = DType::F32);
 
-// Runs `kernel` (from grad_stats_graph, with `accumulated` iff every input has acc) over all
-// inputs. Tensors of at most `single_task` elements are spread over `pool` (may be null).
+// Runs `kernel` (from grad_stats_graph, with `accumulated` iff every input has acc, and the
+// inputs' grad dtype) over all inputs. Tensors of at most `single_task` elements are spread over
+// `pool` (may be null).
 GradStats grad_stats(const Kernel& kernel, const std::vector<StatsInput>& tensors, WorkerPool* pool,
                      int64_t single_task);
 

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "optfuse/error.h"
+#include "optim/grad_prologue.h"
 #include "optim/options.h"
 
 namespace optfuse::optim {
@@ -98,12 +99,12 @@ class PrecisionRewriter {
         return widened(out_.grad(n.name, p_.grad));
       case Role::State:
         if (n.name == kMasterState) internal_error("precision: rule state named 'master'");
-        return widened(out_.state(n.name, p_.state));
+        return widened(out_.state(n.name, state_buffer_dtype(n.name, p_)));
     }
     return out_.add_node(std::move(n));
   }
 
-  NodeId widened(Value v) { return cast(v, DType::F32).id(); }
+  NodeId widened(Value v) { return v.node().dtype == DType::F32 ? v.id() : cast(v, DType::F32).id(); }
 
   void store(const Output& o, Value v) {
     if (o.replaces == param_name_) {
@@ -138,7 +139,8 @@ std::vector<std::string> precision_state_names(std::vector<std::string> rule_nam
 }
 
 DType state_buffer_dtype(const std::string& name, const Precision& p) {
-  return name == kMasterState ? DType::F32 : p.state;
+  // The accumulation buffer stays f32 whatever the state dtype: it sums k gradients.
+  return name == kMasterState || name == kGradAccum ? DType::F32 : p.state;
 }
 
 namespace {

@@ -46,9 +46,14 @@ void run_accumulate(const Kernel& k, Impl::Tensor& t, KernelCall* call) {
 // call per tensor; tensors that are a single task each are spread over the threads.
 void accumulate(Impl& impl, bool first) {
   StepControl& sc = impl.control;
-  std::shared_ptr<const Kernel>& slot = first ? sc.acc_init : sc.acc_add;
-  if (!slot) slot = impl.engine->kernel(accumulate_graph(first));  // may throw: nothing changed
-  const Kernel& k = *slot;
+  // Every kernel first (one per gradient dtype; may throw: nothing changed yet).
+  auto& slots = first ? sc.acc_init : sc.acc_add;
+  for (auto& g : impl.groups)
+    for (auto& t : g.tensors) {
+      auto& slot = slots[t.ref.grad.dtype];
+      if (!slot) slot = impl.engine->kernel(accumulate_graph(first, t.ref.grad.dtype));
+    }
+  auto kernel_of = [&](const Impl::Tensor& t) -> const Kernel& { return *slots.at(t.ref.grad.dtype); };
   if (first) {  // buffers, all allocated before any is installed
     std::vector<std::pair<Impl::Tensor*, std::vector<float>>> fresh;
     for (auto& g : impl.groups)
@@ -65,11 +70,11 @@ void accumulate(Impl& impl, bool first) {
       if (t.ref.param.numel <= single_task)
         small.push_back(&t);
       else
-        run_accumulate(k, t, &call);
+        run_accumulate(kernel_of(t), t, &call);
     }
   WorkerPool* pool = pool_for(impl);
   if (!pool || small.size() < 4 * static_cast<size_t>(pool->threads())) {
-    for (Impl::Tensor* t : small) run_accumulate(k, *t, &call);
+    for (Impl::Tensor* t : small) run_accumulate(kernel_of(*t), *t, &call);
     return;
   }
   const size_t threads = static_cast<size_t>(pool->threads());
@@ -77,7 +82,7 @@ void accumulate(Impl& impl, bool first) {
     KernelCall local;
     size_t p = static_cast<size_t>(part);
     for (size_t i = small.size() * p / threads; i < small.size() * (p + 1) / threads; ++i)
-      run_accumulate(k, *small[i], &local);
+      run_accumulate(kernel_of(*small[i]), *small[i], &local);
   });
 }
 
@@ -86,8 +91,8 @@ void accumulate(Impl& impl, bool first) {
 GradStats statistics(Impl& impl) {
   StepControl& sc = impl.control;
   const bool acc = sc.options.accumulating();
-  if (!sc.stats) sc.stats = impl.engine->kernel(grad_stats_graph(acc, sc.options.norm_inf));
-  std::vector<StatsInput> inputs;
+  // One kernel per gradient dtype; tensors of each dtype in order, partials combined in double.
+  std::map<DType, std::vector<StatsInput>> by_dtype;
   for (auto& g : impl.groups)
     for (auto& t : g.tensors) {
       const float* a = nullptr;
@@ -96,9 +101,20 @@ GradStats statistics(Impl& impl) {
         if (it == t.state.end()) internal_error("accumulation buffer missing at the update step");
         a = it->second.data();
       }
-      inputs.push_back({t.ref.grad.data, a, t.ref.param.numel});
+      by_dtype[t.ref.grad.dtype].push_back({t.ref.grad.data, a, t.ref.param.numel});
     }
-  return grad_stats(*sc.stats, inputs, pool_for(impl), impl.engine->options().schedule.min_task);
+  for (const auto& [dtype, inputs] : by_dtype) {
+    auto& slot = sc.stats[dtype];
+    if (!slot) slot = impl.engine->kernel(grad_stats_graph(acc, sc.options.norm_inf, dtype));
+  }
+  GradStats total;
+  for (const auto& [dtype, inputs] : by_dtype) {
+    GradStats s = grad_stats(*sc.stats.at(dtype), inputs, pool_for(impl),
+                             impl.engine->options().schedule.min_task);
+    total.sumsq += s.sumsq;
+    if (std::isnan(s.maxabs) || s.maxabs > total.maxabs) total.maxabs = s.maxabs;
+  }
+  return total;
 }
 
 // Plans the update (or the skip) from the statistics; changes nothing but sc.grad_scale.

@@ -13,6 +13,7 @@
 // A skipped step discards the whole accumulation cycle (as torch's zero_grad after a skipped
 // GradScaler step): the next step() starts a new one.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,8 +31,8 @@ struct StepControl {
   LossScaler scaler;
   int64_t micro = 0;      // micro-steps accumulated in the current cycle, 0..k-1
   double grad_scale = 1;  // the update kernel's "grad_scale" for the step being run
-  std::shared_ptr<const Kernel> acc_init, acc_add;  // resolved at the first micro-step
-  std::shared_ptr<const Kernel> stats;              // resolved at the first update
+  // Per gradient dtype: resolved at the first micro-step / update that needs them.
+  std::map<DType, std::shared_ptr<const Kernel>> acc_init, acc_add, stats;
 
   explicit StepControl(const StepOptions& o = {}) : options(o), scaler(o) {}
   GradPrologue prologue() const;
