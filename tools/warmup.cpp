@@ -62,29 +62,24 @@ std::vector<Item> plan(const ModelSpec& spec, const std::vector<std::string>& ta
     items.push_back(rt);
     std::map<std::string, size_t> by_key;
     for (size_t gi = 0; gi < spec.groups.size(); ++gi) {
-      const ModelSpec::Group& g = spec.groups[gi];
-      Graph graph = [&] {
-        try {
-          return update_graph(spec.optimizer, g.overrides);
-        } catch (const Error& e) {
-          throw Error(spec.path + ": param_groups[" + std::to_string(gi) + "]: " + e.what());
+      for (const GroupGraph& gg : group_graphs(spec, gi)) {
+        const Graph& graph = gg.graph;
+        std::string key = engine.kernel_key(graph);
+        auto [it, fresh] = by_key.emplace(key, items.size());
+        if (fresh) {
+          Item k;
+          k.target = engine.target_string();
+          k.kind = "kernel";
+          k.name = graph.name();
+          k.key = key;
+          k.graph = graph;
+          items.push_back(k);
         }
-      }();
-      std::string key = engine.kernel_key(graph);
-      auto [it, fresh] = by_key.emplace(key, items.size());
-      if (fresh) {
-        Item k;
-        k.target = engine.target_string();
-        k.kind = "kernel";
-        k.name = graph.name();
-        k.key = key;
-        k.graph = graph;
-        items.push_back(k);
+        Item& k = items[it->second];
+        ++k.groups;
+        k.tensors += static_cast<int64_t>(gg.params.size());
+        for (size_t pi : gg.params) k.elements += spec.params[pi].numel;
       }
-      Item& k = items[it->second];
-      ++k.groups;
-      k.tensors += static_cast<int64_t>(g.params.size());
-      for (size_t pi : g.params) k.elements += spec.params[pi].numel;
     }
   }
   return items;
