@@ -3,7 +3,8 @@
 //             row, the row then read again from cache by the update): 1 pass, 28 B/element
 //             (+4 B/element if a row does not stay in cache between the two reads);
 //   Unfused:  GC as a kernel of its own writing the centered gradient (reads g twice, writes it:
-//             8-12 B/element), then the plain AdamW kernel (28 B/element): 2 passes, 36-40 B;
+//             8-12 B/element; +4 B where lowering still loads the unread "centered" input), then
+//             the plain AdamW kernel (28 B/element): 2 passes, 36-44 B;
 //             torch's eager GC (mean, then subtract) is one more pass again: 3 passes, 44 B;
 //   Plain:    AdamW without GC, the 1-pass reference (28 B/element).
 // bytes_per_second counts the useful 28 B/element for every variant, so a ratio of two at the

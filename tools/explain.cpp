@@ -65,23 +65,19 @@ void run(const ExplainOptions& o) {
   ModelSpec spec = load_spec(o.spec);
   std::map<std::string, std::string> seen;  // kernel key of a group's graph -> first group
   for (size_t gi = 0; gi < spec.groups.size(); ++gi) {
-    Graph g = [&] {
-      try {
-        return update_graph(spec.optimizer, spec.groups[gi].overrides);
-      } catch (const Error& e) {
-        throw Error(spec.path + ": param_groups[" + std::to_string(gi) + "]: " + e.what());
+    for (const GroupGraph& gg : group_graphs(spec, gi)) {
+      const Graph& g = gg.graph;
+      std::string key = engine.kernel_key(g);
+      std::cout << "=== param_groups[" << gi << "] (" << gg.params.size() << " of "
+                << spec.groups[gi].params.size() << " params): graph \"" << g.name() << "\"\n";
+      auto [it, fresh] = seen.emplace(key, "param_groups[" + std::to_string(gi) + "]");
+      if (!fresh) {
+        std::cout << "same kernel as " << it->second << " (key " << key << ")\n\n";
+        continue;
       }
-    }();
-    std::string key = engine.kernel_key(g);
-    std::cout << "=== param_groups[" << gi << "] (" << spec.groups[gi].params.size()
-              << " params): graph \"" << g.name() << "\"\n";
-    auto [it, fresh] = seen.emplace(key, "param_groups[" + std::to_string(gi) + "]");
-    if (!fresh) {
-      std::cout << "same kernel as " << it->second << " (key " << key << ")\n\n";
-      continue;
+      explain_graph(g, engine, o.stmt, std::cout);
+      std::cout << "\n";
     }
-    explain_graph(g, engine, o.stmt, std::cout);
-    std::cout << "\n";
   }
 }
 

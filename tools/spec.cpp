@@ -105,4 +105,24 @@ ModelSpec load_spec(const std::string& path) {
   return s;
 }
 
+std::vector<GroupGraph> group_graphs(const ModelSpec& spec, size_t gi) {
+  const ModelSpec::Group& g = spec.groups.at(gi);
+  try {
+    bool gc = g.overrides.value("grad_centralization",
+                                spec.optimizer.value("grad_centralization", false));
+    if (!gc) return {{update_graph(spec.optimizer, g.overrides), g.params}};
+    Options plain = g.overrides;
+    plain["grad_centralization"] = false;
+    GroupGraph centralized{update_graph(spec.optimizer, g.overrides), {}};
+    GroupGraph rest{update_graph(spec.optimizer, plain), {}};
+    for (size_t pi : g.params) (spec.params[pi].shape.size() >= 2 ? centralized : rest).params.push_back(pi);
+    std::vector<GroupGraph> out;
+    for (GroupGraph* gg : {&centralized, &rest})
+      if (!gg->params.empty()) out.push_back(std::move(*gg));
+    return out;
+  } catch (const Error& e) {
+    throw Error(spec.path + ": param_groups[" + std::to_string(gi) + "]: " + e.what());
+  }
+}
+
 }  // namespace optfuse::tools

@@ -30,4 +30,13 @@ struct ModelSpec {
 // Reads and checks a spec; Error naming the file and the field at fault.
 ModelSpec load_spec(const std::string& path);
 
+// The update graphs group `gi` runs and the params (indices into ModelSpec::params) each serves:
+// one graph, or with "grad_centralization" on, the centralized graph for params with >= 2 dims
+// and the plain one for the others (as Optimizer::step binds them). Error naming the group.
+struct GroupGraph {
+  Graph graph{""};
+  std::vector<size_t> params;
+};
+std::vector<GroupGraph> group_graphs(const ModelSpec& spec, size_t gi);
+
 }  // namespace optfuse::tools

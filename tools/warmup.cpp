@@ -66,36 +66,32 @@ std::vector<Item> plan(const ModelSpec& spec, const std::vector<std::string>& ta
     items.push_back(rt);
     std::map<std::string, size_t> by_key;
     for (size_t gi = 0; gi < spec.groups.size(); ++gi) {
-      const ModelSpec::Group& g = spec.groups[gi];
-      Graph graph = [&] {
-        try {
-          return update_graph(spec.optimizer, g.overrides);
-        } catch (const Error& e) {
-          throw Error(spec.path + ": param_groups[" + std::to_string(gi) + "]: " + e.what());
+      // A group with grad_centralization runs two graphs (tools/spec.h), each served by one
+      // kernel per schedule its tensors get: with tuned schedules, per size.
+      for (const GroupGraph& gg : group_graphs(spec, gi)) {
+        const Graph& graph = gg.graph;
+        std::map<std::string, std::vector<size_t>> params_by_key;
+        for (size_t pi : gg.params) {
+          int64_t n = engine.tuned_schedules() ? spec.params[pi].numel : 0;
+          params_by_key[n ? engine.kernel_key(graph, n) : engine.kernel_key(graph)].push_back(pi);
         }
-      }();
-      // One kernel per schedule the group's tensors get: with tuned schedules, per size.
-      std::map<std::string, std::vector<size_t>> params_by_key;
-      for (size_t pi : g.params) {
-        int64_t n = engine.tuned_schedules() ? spec.params[pi].numel : 0;
-        params_by_key[n ? engine.kernel_key(graph, n) : engine.kernel_key(graph)].push_back(pi);
-      }
-      for (const auto& [key, params] : params_by_key) {
-        auto [it, fresh] = by_key.emplace(key, items.size());
-        if (fresh) {
-          Item k;
-          k.target = engine.target_string();
-          k.kind = "kernel";
-          k.name = graph.name();
-          k.key = key;
-          k.graph = graph;
-          k.size_hint = engine.tuned_schedules() ? spec.params[params.front()].numel : 0;
-          items.push_back(k);
+        for (const auto& [key, params] : params_by_key) {
+          auto [it, fresh] = by_key.emplace(key, items.size());
+          if (fresh) {
+            Item k;
+            k.target = engine.target_string();
+            k.kind = "kernel";
+            k.name = graph.name();
+            k.key = key;
+            k.graph = graph;
+            k.size_hint = engine.tuned_schedules() ? spec.params[params.front()].numel : 0;
+            items.push_back(k);
+          }
+          Item& k = items[it->second];
+          ++k.groups;
+          k.tensors += static_cast<int64_t>(params.size());
+          for (size_t pi : params) k.elements += spec.params[pi].numel;
         }
-        Item& k = items[it->second];
-        ++k.groups;
-        k.tensors += static_cast<int64_t>(params.size());
-        for (size_t pi : params) k.elements += spec.params[pi].numel;
       }
     }
   }

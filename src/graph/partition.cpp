@@ -257,6 +257,10 @@ class Partitioner {
     if (is_row(a))
       return d(Verdict::Fuse, Why::RowPrologue,
                "per-row reduction: computed at the start of each row, inside the same pipeline");
+    if (is_whole(n) || is_row(n))
+      return d(Verdict::Fuse, Why::ElementwiseChain,
+               "element-wise operand of the reduction: computed inside the reduction's loop, no "
+               "memory traffic");
     return d(Verdict::Fuse, Why::ElementwiseChain, "element-wise: same loop, no memory traffic");
   }
 
