@@ -22,9 +22,11 @@ GradPrologue StepControl::prologue() const {
 
 namespace {
 
-WorkerPool* pool_for(Impl& impl) {
+// The optimizer's pool when `small` single-task tensors are worth spreading over the threads (as
+// run_group in optimizer.cpp decides), else null: no threads are started for nothing.
+WorkerPool* pool_for(Impl& impl, size_t small) {
   const int threads = impl.engine->num_threads();
-  if (threads < 2) return nullptr;
+  if (threads < 2 || small < 4 * static_cast<size_t>(threads)) return nullptr;
   if (!impl.pool || impl.pool->threads() != threads) impl.pool = std::make_unique<WorkerPool>(threads);
   return impl.pool.get();
 }
@@ -67,8 +69,8 @@ void accumulate(Impl& impl, bool first) {
       else
         run_accumulate(k, t, &call);
     }
-  WorkerPool* pool = pool_for(impl);
-  if (!pool || small.size() < 4 * static_cast<size_t>(pool->threads())) {
+  WorkerPool* pool = pool_for(impl, small.size());
+  if (!pool) {
     for (Impl::Tensor* t : small) run_accumulate(k, *t, &call);
     return;
   }
@@ -87,7 +89,9 @@ GradStats statistics(Impl& impl) {
   StepControl& sc = impl.control;
   const bool acc = sc.options.accumulating();
   if (!sc.stats) sc.stats = impl.engine->kernel(grad_stats_graph(acc, sc.options.norm_inf));
+  const int64_t single_task = impl.engine->options().schedule.min_task;
   std::vector<StatsInput> inputs;
+  size_t small = 0;
   for (auto& g : impl.groups)
     for (auto& t : g.tensors) {
       const float* a = nullptr;
@@ -97,8 +101,9 @@ GradStats statistics(Impl& impl) {
         a = it->second.data();
       }
       inputs.push_back({t.ref.grad.data, a, t.ref.param.numel});
+      small += t.ref.param.numel <= single_task ? 1 : 0;
     }
-  return grad_stats(*sc.stats, inputs, pool_for(impl), impl.engine->options().schedule.min_task);
+  return grad_stats(*sc.stats, inputs, pool_for(impl, small), single_task);
 }
 
 // Plans the update (or the skip) from the statistics; changes nothing but sc.grad_scale.
