@@ -39,11 +39,12 @@ std::unique_ptr<Optimizer> make(const Options& config, Model& m) {
   return opt;
 }
 
-void check_against_reference(bool mean, bool clip) {
+void check_against_reference(bool mean, bool clip,
+                             const std::vector<std::vector<size_t>>& sizes = kSizes) {
   const double lr = 0.25, max_norm = 5.0;
   const int k = 3;
   const double d = mean ? k : 1;
-  Model m = Model::make(kSizes, 31);
+  Model m = Model::make(sizes, 31);
   Options config = {{"type", "sgd"}, {"lr", lr}, {"accumulation_steps", k},
                     {"accumulation", mean ? "mean" : "sum"}};
   if (clip) config["max_grad_norm"] = max_norm;
@@ -107,6 +108,17 @@ TEST(Accumulate, MeanMatchesReference) { check_against_reference(true, false); }
 TEST(Accumulate, SumMatchesReference) { check_against_reference(false, false); }
 // Clipping on the k-th micro-step looks at acc + g (the averaged gradient).
 TEST(Accumulate, MeanWithClippingMatchesReference) { check_against_reference(true, true); }
+// 60 single-task tensors: the micro-step kernels and the statistics kernel are spread over the
+// worker threads (when the machine has 2 or more), partials combined in tensor order.
+TEST(Accumulate, ManySmallTensorsMatchReference) {
+  std::vector<std::vector<size_t>> sizes(2);
+  for (size_t i = 0; i < 30; ++i) {
+    sizes[0].push_back(1 + 7 * i);
+    sizes[1].push_back(300 - 5 * i);
+  }
+  check_against_reference(true, true, sizes);
+  check_against_reference(false, false, sizes);
+}
 
 // An inf in micro-step 1 stays in the buffer; the k-th step sees it, skips, and discards the cycle.
 TEST(Accumulate, OverflowInAnEarlyMicroStepSkipsTheCycle) {

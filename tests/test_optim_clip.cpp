@@ -238,8 +238,8 @@ TEST(Clip, InfGradientGivesInfNorm) {
 // relative and each clipped grad to 4u relative (u = 2^-24: torch's float32 norm and coef vs the
 // double ones, and one rounding each of g * coef). SGD with lr = 1 from p = 0 leaves p = -g_eff.
 TEST(Clip, MatchesTorchClipGradNorm) {
-  std::ifstream in(std::string(OPTFUSE_TEST_DATA_DIR) + "/golden/data/step_features.json");
-  ASSERT_TRUE(in) << "missing tests/golden/data/step_features.json";
+  std::ifstream in(std::string(OPTFUSE_TEST_DATA_DIR) + "/golden/step_features.json");
+  ASSERT_TRUE(in) << "missing tests/golden/step_features.json";
   nlohmann::json golden = nlohmann::json::parse(in);
   for (auto it = golden["clip"].begin(); it != golden["clip"].end(); ++it) {
     const nlohmann::json& c = it.value();

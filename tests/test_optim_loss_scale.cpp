@@ -2,7 +2,7 @@
 // kernel; a non-finite value in any gradient of any group skips the WHOLE step (every param,
 // grad, state byte, option and step count bit-identical, checked by snapshot) and is reported;
 // the dynamic scaler follows torch.amp.GradScaler (golden sequences recorded with torch in
-// tests/golden/data/step_features.json, compared exactly: the scale is a float32 value).
+// tests/golden/step_features.json, compared exactly: the scale is a float32 value).
 // Tolerance for a scale that is not a power of two (S = 1000), per step from the params before it:
 // g_eff = float(float(g * S) * float(1 / S)) is within 3u (u = 2^-24) relative of g, so SGD's
 // p' = p - lr * g_eff lands within u * (|p'| + 4 * lr * |g|) of p - lr * g in double (one more
@@ -157,8 +157,8 @@ TEST(LossScale, StaticScaleSkipsWithoutChangingScale) {
 
 // The scale sequence of torch.amp.GradScaler, driven by the same found-inf flags.
 TEST(LossScale, DynamicScalerMatchesTorchGradScaler) {
-  std::ifstream in(std::string(OPTFUSE_TEST_DATA_DIR) + "/golden/data/step_features.json");
-  ASSERT_TRUE(in) << "missing tests/golden/data/step_features.json";
+  std::ifstream in(std::string(OPTFUSE_TEST_DATA_DIR) + "/golden/step_features.json");
+  ASSERT_TRUE(in) << "missing tests/golden/step_features.json";
   nlohmann::json golden = nlohmann::json::parse(in);
   for (auto it = golden["grad_scaler"].begin(); it != golden["grad_scaler"].end(); ++it) {
     const nlohmann::json& c = it.value();

@@ -81,7 +81,9 @@ Options optimizer_defaults(const std::string& type);
 
 // The update graph a parameter group runs: `config` as for Optimizer::create, `overrides` as for
 // add_param_group (merged and validated the same way). For warming a cache without tensors.
-// `param` and `grad` are the group's tensor dtypes (mixed precision, see TensorRef).
+// `param` and `grad` are the group's tensor dtypes (mixed precision, see TensorRef). With step
+// options in `config` it is the rule's graph with the grad prologue (grad_accum and/or
+// grad_scale); the statistics and accumulation micro-step kernels are not included.
 Graph update_graph(const Options& config, const Options& overrides = {},
                    DType param = DType::F32, DType grad = DType::F32);
 

@@ -22,9 +22,11 @@ GradPrologue StepControl::prologue() const {
 
 namespace {
 
-WorkerPool* pool_for(Impl& impl) {
+// The optimizer's pool when `small` single-task tensors are worth spreading over the threads (as
+// run_group in optimizer.cpp decides), else null: no threads are started for nothing.
+WorkerPool* pool_for(Impl& impl, size_t small) {
   const int threads = impl.engine->num_threads();
-  if (threads < 2) return nullptr;
+  if (threads < 2 || small < 4 * static_cast<size_t>(threads)) return nullptr;
   if (!impl.pool || impl.pool->threads() != threads) impl.pool = std::make_unique<WorkerPool>(threads);
   return impl.pool.get();
 }
@@ -72,8 +74,8 @@ void accumulate(Impl& impl, bool first) {
       else
         run_accumulate(kernel_of(t), t, &call);
     }
-  WorkerPool* pool = pool_for(impl);
-  if (!pool || small.size() < 4 * static_cast<size_t>(pool->threads())) {
+  WorkerPool* pool = pool_for(impl, small.size());
+  if (!pool) {
     for (Impl::Tensor* t : small) run_accumulate(kernel_of(*t), *t, &call);
     return;
   }
@@ -92,7 +94,9 @@ GradStats statistics(Impl& impl) {
   StepControl& sc = impl.control;
   const bool acc = sc.options.accumulating();
   // One kernel per gradient dtype; tensors of each dtype in order, partials combined in double.
+  const int64_t single_task = impl.engine->options().schedule.min_task;
   std::map<DType, std::vector<StatsInput>> by_dtype;
+  std::map<DType, size_t> small;
   for (auto& g : impl.groups)
     for (auto& t : g.tensors) {
       const float* a = nullptr;
@@ -102,6 +106,7 @@ GradStats statistics(Impl& impl) {
         a = it->second.data();
       }
       by_dtype[t.ref.grad.dtype].push_back({t.ref.grad.data, a, t.ref.param.numel});
+      small[t.ref.grad.dtype] += t.ref.param.numel <= single_task ? 1 : 0;
     }
   for (const auto& [dtype, inputs] : by_dtype) {
     auto& slot = sc.stats[dtype];
@@ -109,8 +114,7 @@ GradStats statistics(Impl& impl) {
   }
   GradStats total;
   for (const auto& [dtype, inputs] : by_dtype) {
-    GradStats s = grad_stats(*sc.stats.at(dtype), inputs, pool_for(impl),
-                             impl.engine->options().schedule.min_task);
+    GradStats s = grad_stats(*sc.stats.at(dtype), inputs, pool_for(impl, small[dtype]), single_task);
     total.sumsq += s.sumsq;
     if (std::isnan(s.maxabs) || s.maxabs > total.maxabs) total.maxabs = s.maxabs;
   }

@@ -36,8 +36,6 @@ struct StepControl {
 
   explicit StepControl(const StepOptions& o = {}) : options(o), scaler(o) {}
   GradPrologue prologue() const;
-  // Back to the state of a new optimizer (a state file without a "step" section).
-  void reset() { *this = StepControl(options); }
 };
 
 struct StepPlan {

@@ -32,7 +32,7 @@ Inputs (t = 1..20)
 How to run (needs torch + numpy; torch is NOT a project build dependency)
     python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch numpy
     /tmp/torchvenv/bin/python tests/golden/make_golden.py [--check]
-  --step-features-only writes only data/step_features.json (GradScaler, clip_grad_norm_).
+  --step-features-only writes only step_features.json (GradScaler, clip_grad_norm_).
   --check additionally re-implements the "adamw" case in numpy float64 and
   prints the max relative difference to torch.
 """
@@ -244,7 +244,8 @@ def numpy_adamw64(kw):
 
 
 # ---- step-level features: GradScaler and clip_grad_norm_ (separate from the trajectories) ----
-# Writes data/step_features.json for tests/test_optim_loss_scale.cpp and tests/test_optim_clip.cpp:
+# Writes step_features.json (next to this script; data/ holds only trajectories) for
+# tests/test_optim_loss_scale.cpp and tests/test_optim_clip.cpp:
 #   "grad_scaler": per case, torch.amp.GradScaler("cpu", ...) driven by a one-element SGD param
 #       whose grad is inf on the steps flagged in "found_inf"; "scales" / "trackers" after each
 #       update() (get_scale(), _growth_tracker).
@@ -291,7 +292,7 @@ def step_features_golden():
             "total_norm": f32s(total.item()),
             "grads": [[f32s(x) for x in p.grad.numpy()] for p in ps]}
     text = json.dumps(out, indent=1)
-    path = os.path.join(OUT_DIR, "step_features.json")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_features.json")
     with open(path, "w") as f:
         f.write(text + "\n")
     print("step features -> %s" % os.path.relpath(path))
