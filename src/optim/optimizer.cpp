@@ -200,7 +200,17 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   call.outputs.resize(g.output_input.size());
   for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
   call.cols = t.gc_cols(g.options);
+  if (t.sparse.set) {  // only the touched rows, one call per run of consecutive rows
+    const std::vector<void*> base = call.inputs;
+    return optim::run_sparse(*g.kernel, g.output_input, call, base, t.sparse);
+  }
   (call.cols > 0 ? g.gc_kernel : g.kernel)->run(call);
+}
+
+std::string no_dense_grads(const std::string& type) {
+  return type + " does not support dense gradients, please consider Adam instead (give " +
+         "row-sparse gradients with Optimizer::set_sparse_grad; the ParamRef's grad data stays " +
+         "null)";
 }
 
 // One group's kernel calls. Tensors small enough to be a single task each are spread over all
@@ -286,11 +296,17 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
     const ParamRef& r = params[ti];
     std::string who = Impl::where(gi, ti, r);
     check_tensor(r.param, "param", who);
-    check_tensor(r.grad, "grad", who);
-    if (r.grad.numel != r.param.numel)
+    if (impl_->rule->sparse_grads()) {
+      if (r.grad.data != nullptr || r.grad.dtype != DType::F32)  // its numel is ignored
+        throw Error(who + ": " + no_dense_grads(impl_->rule->type()));
+    } else {
+      check_tensor(r.grad, "grad", who);
+    }
+    if (!impl_->rule->sparse_grads() && r.grad.numel != r.param.numel)
       throw Error(who + ": grad has " + std::to_string(r.grad.numel) + " elements but param has " +
                   std::to_string(r.param.numel));
-    g.tensors.push_back(Impl::Tensor{r, 0, {}, {}, {}, 0});
+    g.tensors.emplace_back();
+    g.tensors.back().ref = r;
     g.tensors.back().stream = optim::tensor_stream(gi, ti);
   }
   optim::tensors_precision(g.options, params, gi);
@@ -332,6 +348,7 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
     throw Error(Impl::where(group) + ": tensor " + std::to_string(index) + " does not exist");
   Impl::Tensor& t = g.tensors[index];
   std::string who = Impl::where(group, index, t.ref);
+  if (impl_->rule->sparse_grads()) throw Error(who + ": " + no_dense_grads(impl_->rule->type()));
   check_tensor(grad, "grad", who);
   if (grad.dtype != t.ref.grad.dtype)
     throw Error(who + ": the new grad's dtype " + std::string(dtype_name(grad.dtype)) +
@@ -346,7 +363,32 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
   t.ref.grad = grad;
 }
 
+void Optimizer::set_sparse_grad(size_t group, size_t index, const std::vector<int64_t>& rows,
+                                const TensorRef& values) {
+  Impl::Group& g = group_at(*impl_, group);
+  if (index >= g.tensors.size())
+    throw Error(Impl::where(group) + ": tensor " + std::to_string(index) + " does not exist");
+  Impl::Tensor& t = g.tensors[index];
+  std::string who = Impl::where(group, index, t.ref);
+  if (!impl_->rule->sparse_grads())
+    throw Error(who + ": " + impl_->rule->type() + " does not support sparse gradients (use " +
+                "sparseadam / lazyadam, or a dense gradient)");
+  optim::SparseGrad sparse = optim::make_sparse_grad(t.ref.param, rows, values, who);
+  std::vector<Span> spans = all_spans(impl_->groups);
+  if (values.numel > 0) spans.push_back(span_of(values, false, who));
+  check_overlaps(std::move(spans));
+  t.sparse = std::move(sparse);
+}
+
 void Optimizer::step() {
+  // Phase 0: every tensor of a sparse-gradient optimizer has its gradient.
+  if (impl_->rule->sparse_grads())
+    for (size_t gi = 0; gi < impl_->groups.size(); ++gi)
+      for (size_t ti = 0; ti < impl_->groups[gi].tensors.size(); ++ti)
+        if (!impl_->groups[gi].tensors[ti].sparse.set)
+          throw Error(Impl::where(gi, ti, impl_->groups[gi].tensors[ti].ref) +
+                      ": no sparse gradient was given (set_sparse_grad); " +
+                      no_dense_grads(impl_->rule->type()));
   // Phase 1: kernels (compilation errors surface here, before any write).
   for (size_t gi = 0; gi < impl_->groups.size(); ++gi) resolve_kernel(*impl_, impl_->groups[gi], gi);
 
@@ -429,7 +471,10 @@ int64_t Optimizer::bytes_per_step() const {
     const Impl::Group& g = impl_->groups[gi];
     int64_t states = static_cast<int64_t>(impl_->rule->state_names(g.options).size());
     optim::Precision p = optim::group_precision(g, gi);
-    for (const auto& t : g.tensors) bytes += optim::bytes_per_step(t.ref.param.numel, p, states);
+    for (const auto& t : g.tensors) {
+      int64_t n = impl_->rule->sparse_grads() ? optim::touched_elements(t.sparse) : t.ref.param.numel;
+      bytes += optim::bytes_per_step(n, p, states);
+    }
   }
   return bytes;
 }

@@ -8,7 +8,7 @@ namespace optfuse::optim {
 
 std::vector<std::string> rule_types() {
   return {"adagrad", "adam", "adamax", "adamw", "lamb", "lars",
-          "lion",    "nadam", "radam", "rmsprop", "sgd"};
+          "lion",    "nadam", "radam", "rmsprop", "sgd",  "sparseadam"};
 }
 
 std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
@@ -25,6 +25,7 @@ std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
   if (t == "lion") return make_lion();
   if (t == "lamb") return make_lamb();
   if (t == "lars") return make_lars();
+  if (t == "sparseadam" || t == "lazyadam") return make_sparse_adam();
   std::string known;
   for (const auto& k : rule_types()) known += (known.empty() ? "" : ", ") + k;
   throw Error("unknown optimizer type '" + type + "' (known: " + known + ")");
