@@ -178,6 +178,9 @@ int run_demo(const DemoOptions& o) {
 
   // Start-up: engine creation until every kernel of the first step is ready to call (with a warm
   // cache: no Halide compilation, objects read from disk and loaded into ORC).
+  if (o.optimizer == "sparseadam")
+    throw Error("--optimizer sparseadam: the demo's gradients are dense (sparseadam takes "
+                "row-sparse gradients, see Optimizer::set_sparse_grad)");
   DType dtype = DType::F32;
   if (!parse_dtype(o.dtype, &dtype))
     throw Error("--dtype: unknown dtype '" + o.dtype + "' (f32, bf16 or f16)");

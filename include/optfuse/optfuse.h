@@ -121,6 +121,14 @@ int optfuse_optimizer_set_grad(optfuse_optimizer* opt, size_t group, size_t inde
 int optfuse_optimizer_set_grad_typed(optfuse_optimizer* opt, size_t group, size_t index,
                                      void* grad, optfuse_dtype dtype, int64_t numel);
 
+/* Row-sparse gradient (only "sparseadam" / "lazyadam", as torch.optim.SparseAdam): the param is
+ * viewed as [rows, row_len] (row_len = numel / shape[0], 1 without a shape); `rows` lists the
+ * nnz_rows rows present (any order, no repeats) and `values` their nnz_rows * row_len float32
+ * gradients, row after row (caller-owned, read at each step until replaced). */
+int optfuse_optimizer_set_sparse_grad(optfuse_optimizer* opt, size_t group, size_t index,
+                                      const int64_t* rows, size_t nnz_rows, float* values,
+                                      int64_t num_values);
+
 int optfuse_optimizer_save(const optfuse_optimizer* opt, const char* path);
 int optfuse_optimizer_load(optfuse_optimizer* opt, const char* path);
 

@@ -170,6 +170,17 @@ class Optimizer {
   size_t num_groups() const;
   size_t group_size(size_t group) const;
 
+  // Row-sparse gradient (only "sparseadam" / "lazyadam", like torch.optim.SparseAdam; other
+  // optimizers throw "... does not support sparse gradients"). The param is viewed as
+  // [rows, row_len] with row_len = numel / shape[0] (1 when it has no shape); `rows` names the
+  // rows present (any order, each at most once: coalesce first), `values` holds their f32
+  // gradients packed row after row (rows.size() * row_len elements, caller-owned, read at each
+  // step until replaced). A step updates only those rows of param, exp_avg and exp_avg_sq, at a
+  // cost proportional to the rows touched. Sparse-gradient optimizers take ParamRefs whose grad
+  // is {nullptr, any numel} and reject dense gradients.
+  void set_sparse_grad(size_t group, size_t index, const std::vector<int64_t>& rows,
+                       const TensorRef& values);
+
   // Points a parameter at a new gradient buffer (same numel and dtype; must not overlap any param).
   void set_grad(size_t group, size_t index, const TensorRef& grad);
 

@@ -246,6 +246,17 @@ int optfuse_optimizer_set_grad_typed(optfuse_optimizer* opt, size_t group, size_
       [&] { opt->opt->set_grad(group, index, {grad, numel, {}, c_dtype(dtype, "grad")}); });
 }
 
+int optfuse_optimizer_set_sparse_grad(optfuse_optimizer* opt, size_t group, size_t index,
+                                      const int64_t* rows, size_t nnz_rows, float* values,
+                                      int64_t num_values) {
+  OPTFUSE_REQUIRE(opt);
+  if (nnz_rows > 0) OPTFUSE_REQUIRE(rows);
+  return guarded([&] {
+    std::vector<int64_t> r(rows, rows + nnz_rows);
+    opt->opt->set_sparse_grad(group, index, r, {values, num_values, {}});
+  });
+}
+
 int optfuse_optimizer_save(const optfuse_optimizer* opt, const char* path) {
   OPTFUSE_REQUIRE(opt);
   OPTFUSE_REQUIRE(path);

@@ -223,7 +223,17 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   call.outputs.resize(g.output_input.size());
   for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
   call.cols = t.gc_cols(g.options);
+  if (t.sparse.set) {  // only the touched rows, one call per run of consecutive rows
+    const std::vector<void*> base = call.inputs;
+    return optim::run_sparse(*t.kernel, g.output_input, call, base, t.sparse);
+  }
   t.kernel->run(call);
+}
+
+std::string no_dense_grads(const std::string& type) {
+  return type + " does not support dense gradients, please consider Adam instead (give " +
+         "row-sparse gradients with Optimizer::set_sparse_grad; the ParamRef's grad data stays " +
+         "null)";
 }
 
 // One group's kernel calls. Tensors small enough to be a single task each are spread over all
@@ -277,6 +287,10 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
   rest.erase("type");
   rest.erase("rule");
   impl->control = optim::StepControl(optim::take_step_options(&rest));
+  if (impl->rule->sparse_grads() && impl->control.options.any())
+    throw Error("optimizer config: " + impl->rule->type() +
+                " takes row-sparse gradients; clipping, loss scaling and gradient accumulation "
+                "need dense ones and are not supported with it");
   impl->defaults = optim::merge(optim::with_precision_defaults(impl->rule->defaults()), rest,
                                 impl->rule->type(), "optimizer config");
   impl->rule->validate(impl->defaults, "optimizer config");
@@ -311,11 +325,17 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
     const ParamRef& r = params[ti];
     std::string who = Impl::where(gi, ti, r);
     check_tensor(r.param, "param", who);
-    check_tensor(r.grad, "grad", who);
-    if (r.grad.numel != r.param.numel)
+    if (impl_->rule->sparse_grads()) {
+      if (r.grad.data != nullptr || r.grad.dtype != DType::F32)  // its numel is ignored
+        throw Error(who + ": " + no_dense_grads(impl_->rule->type()));
+    } else {
+      check_tensor(r.grad, "grad", who);
+    }
+    if (!impl_->rule->sparse_grads() && r.grad.numel != r.param.numel)
       throw Error(who + ": grad has " + std::to_string(r.grad.numel) + " elements but param has " +
                   std::to_string(r.param.numel));
-    g.tensors.push_back(Impl::Tensor{r, 0, {}, {}, {}, 0, nullptr});
+    g.tensors.emplace_back();
+    g.tensors.back().ref = r;
     g.tensors.back().stream = optim::tensor_stream(gi, ti);
   }
   optim::tensors_precision(g.options, params, gi);
@@ -358,6 +378,7 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
     throw Error(Impl::where(group) + ": tensor " + std::to_string(index) + " does not exist");
   Impl::Tensor& t = g.tensors[index];
   std::string who = Impl::where(group, index, t.ref);
+  if (impl_->rule->sparse_grads()) throw Error(who + ": " + no_dense_grads(impl_->rule->type()));
   check_tensor(grad, "grad", who);
   if (grad.dtype != t.ref.grad.dtype)
     throw Error(who + ": the new grad's dtype " + std::string(dtype_name(grad.dtype)) +
@@ -370,6 +391,34 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
     if (!s.is_param && s.who == who) s = span_of(grad, false, who);
   check_overlaps(std::move(spans));
   t.ref.grad = grad;
+}
+
+void Optimizer::set_sparse_grad(size_t group, size_t index, const std::vector<int64_t>& rows,
+                                const TensorRef& values) {
+  Impl::Group& g = group_at(*impl_, group);
+  if (index >= g.tensors.size())
+    throw Error(Impl::where(group) + ": tensor " + std::to_string(index) + " does not exist");
+  Impl::Tensor& t = g.tensors[index];
+  std::string who = Impl::where(group, index, t.ref);
+  if (!impl_->rule->sparse_grads())
+    throw Error(who + ": " + impl_->rule->type() + " does not support sparse gradients (use " +
+                "sparseadam / lazyadam, or a dense gradient)");
+  optim::SparseGrad sparse = optim::make_sparse_grad(t.ref.param, rows, values, who);
+  std::vector<Span> spans = all_spans(impl_->groups);
+  if (values.numel > 0) spans.push_back(span_of(values, false, who));
+  check_overlaps(std::move(spans));
+  t.sparse = std::move(sparse);
+}
+
+// Every tensor of a sparse-gradient optimizer has its gradient.
+static void check_sparse_grads(const Impl& impl) {
+  if (!impl.rule->sparse_grads()) return;
+  for (size_t gi = 0; gi < impl.groups.size(); ++gi)
+    for (size_t ti = 0; ti < impl.groups[gi].tensors.size(); ++ti)
+      if (!impl.groups[gi].tensors[ti].sparse.set)
+        throw Error(Impl::where(gi, ti, impl.groups[gi].tensors[ti].ref) +
+                    ": no sparse gradient was given (set_sparse_grad); " +
+                    no_dense_grads(impl.rule->type()));
 }
 
 // The rule's update of every tensor, with this step's grad_scale (impl.control).
@@ -402,6 +451,7 @@ static void update(Impl& impl) {
 }
 
 StepResult Optimizer::step() {
+  check_sparse_grads(*impl_);
   optim::StepPlan plan = optim::plan_step(*impl_);  // accumulation, statistics (step_control.h)
   if (plan.update) update(*impl_);
   return optim::finish_step(*impl_, plan);
@@ -469,8 +519,10 @@ int64_t Optimizer::bytes_per_step() const {
     optim::Precision p = optim::group_precision(g, gi);
     // grad_accum (f32) is read once more when accumulating
     const int64_t accum = impl_->control.options.accumulating() ? 4 : 0;
-    for (const auto& t : g.tensors)
-      bytes += optim::bytes_per_step(t.ref.param.numel, p, states) + accum * t.ref.param.numel;
+    for (const auto& t : g.tensors) {
+      int64_t n = impl_->rule->sparse_grads() ? optim::touched_elements(t.sparse) : t.ref.param.numel;
+      bytes += optim::bytes_per_step(n, p, states) + accum * n;
+    }
   }
   return bytes;
 }

@@ -7,6 +7,7 @@
 
 #include "optfuse/optim.h"
 #include "optim/precision.h"
+#include "optim/sparse_grad.h"
 #include "optim/rule.h"
 #include "optim/step_control.h"
 #include "optim/worker_pool.h"
@@ -21,6 +22,7 @@ struct Optimizer::Impl {
     optim::HostState host;                            // the rule's per-tensor host state
     std::map<std::string, std::vector<uint16_t>> state16;  // bf16 state (state_dtype "bf16")
     uint32_t stream = 0;  // this tensor's stochastic-rounding stream (precision.h)
+    optim::SparseGrad sparse;  // the row-sparse gradient (rules with sparse_grads() only)
     // Gradient centralization applies (GC on and >= 2 dims): its row length, else 0.
     int64_t gc_cols(const Options& options) const {
       if (ref.param.shape.size() < 2 || !options.value("grad_centralization", false)) return 0;

@@ -7,8 +7,8 @@
 namespace optfuse::optim {
 
 std::vector<std::string> rule_types() {
-  std::vector<std::string> types = {"adagrad", "adam",  "adamax",  "adamw", "lamb", "lars",
-                                    "lion",    "nadam", "radam", "rmsprop", "sgd"};
+  std::vector<std::string> types = {"adagrad", "adam",  "adamax",  "adamw", "lamb",   "lars",
+                                    "lion",    "nadam", "radam",   "rmsprop", "sgd", "sparseadam"};
   for (const std::string& t : registered_types()) types.push_back(t);
   return types;
 }
@@ -27,6 +27,7 @@ std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
   if (t == "lion") return make_lion();
   if (t == "lamb") return make_lamb();
   if (t == "lars") return make_lars();
+  if (t == "sparseadam" || t == "lazyadam") return make_sparse_adam();
   if (auto custom = make_registered_rule(t)) return custom;
   std::string known;
   for (const auto& k : rule_types()) known += (known.empty() ? "" : ", ") + k;

@@ -27,6 +27,9 @@ class UpdateRule {
  public:
   virtual ~UpdateRule() = default;
   virtual const std::string& type() const = 0;  // torch's name, lowercase: "adamw"
+  // Whether the rule takes row-sparse gradients (Optimizer::set_sparse_grad) instead of dense
+  // ones (torch: SparseAdam only).
+  virtual bool sparse_grads() const { return false; }
   virtual Options defaults() const = 0;
   // Throws Error("<where>: Invalid ...") if `h` is not acceptable; `where` names the group.
   virtual void validate(const Options& h, const std::string& where) const = 0;
@@ -71,6 +74,7 @@ std::unique_ptr<UpdateRule> make_radam();
 std::unique_ptr<UpdateRule> make_lion();
 // Per-tensor trust ratios from norms (reductions in the same kernel): not in torch.optim.
 std::unique_ptr<UpdateRule> make_lamb();  // apex FusedLAMB (adam_w_mode), see lamb.cpp
-std::unique_ptr<UpdateRule> make_lars();  // torchlars over SGD, see lars.cpp  // not in torch.optim: Chen et al. 2023 / lion-pytorch
+std::unique_ptr<UpdateRule> make_lars();  // torchlars over SGD, see lars.cpp
+std::unique_ptr<UpdateRule> make_sparse_adam();  // torch.optim.SparseAdam ("lazyadam" too)  // not in torch.optim: Chen et al. 2023 / lion-pytorch
 
 }  // namespace optfuse::optim

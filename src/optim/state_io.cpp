@@ -151,8 +151,11 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
     for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
       const Options& ft = ft_list[ti];
       const ParamRef& ref = g.tensors[ti].ref;
-      Impl::Tensor t{ref, ft.at("step").get<int64_t>(), {}, {}, {}, 0};
+      Impl::Tensor t;
+      t.ref = ref;
+      t.step = ft.at("step").get<int64_t>();
       t.stream = g.tensors[ti].stream;
+      t.sparse = g.tensors[ti].sparse;  // the caller's current gradient, not state
       if (t.step < 0) throw Error(Impl::where(gi, ti, ref) + ": negative step count");
       if (ft.contains("host"))
         for (auto it = ft.at("host").begin(); it != ft.at("host").end(); ++it) {
