@@ -14,6 +14,7 @@ void expect_round_trip(const Graph& g) {
   EXPECT_EQ(print(canonicalize(back)), print(canonicalize(g)));
   EXPECT_EQ(structural_hash(back), structural_hash(g));
   EXPECT_EQ(back.name(), g.name());
+  EXPECT_EQ(back.results().size(), g.results().size());
 }
 
 TEST(GraphJson, LibraryGraphsRoundTrip) {
@@ -40,6 +41,29 @@ TEST(GraphJson, DtypesCastsBoolScalarsAndSpecialConstantsRoundTrip) {
     out "p" = %11
   })");
   expect_round_trip(g);
+}
+
+TEST(GraphJson, ReductionsAndResultsRoundTrip) {
+  Graph g = parse(R"(graph "stats" {
+    %0 = param.f32 "p"
+    %1 = grad.f32 "g"
+    %2 = row_mean.f32 %1
+    %3 = sub.f32 %1, %2
+    %4 = mul.f32 %3, %3
+    %5 = reduce_sum.f32 %4
+    %6 = sub.f32 %0, %3
+    out "p" = %6
+    result "sumsq" = %5
+  })");
+  expect_round_trip(g);
+  Graph stats = parse_json(R"({
+    "inputs": [{"name": "g", "role": "grad"}],
+    "nodes": [{"id": "sq", "op": "mul", "args": ["g", "g"]},
+              {"id": "s", "op": "reduce_sum", "args": ["sq"]}],
+    "results": {"sumsq": "s"}
+  })");
+  EXPECT_EQ(stats.results().size(), 1u);
+  EXPECT_TRUE(stats.outputs().empty());
 }
 
 TEST(GraphJson, ReadsTheDocumentedExample) {

@@ -411,6 +411,48 @@ TEST(Idioms, EmaIsRecognizedButNotTurnedIntoLerpAndUnknownSqrtSplitsAreNot) {
   EXPECT_EQ(n.host_scalars.at("1/u").str(), "1/u");
 }
 
+// Gradient centralization and global-norm clipping: the mean and the norm are reductions of the
+// data, uniform but not host math. Nothing that reads them is hoisted; scalar math beside them is.
+TEST(Idioms, ReductionsStayInTheKernelGradientCentralizationIsRecognized) {
+  Graph g = parse(R"(graph "gc_clip" {
+    %0 = param.f32 "param"
+    %1 = grad.f32 "grad"
+    %2 = scalar.f32 "lr"
+    %3 = scalar.f32 "max_norm"
+    %4 = scalar.f32 "beta1"
+    %5 = row_mean.f32 %1
+    %6 = sub.f32 %1, %5               # g - mean over all dims but the first
+    %7 = mul.f32 %6, %6
+    %8 = reduce_sum.f32 %7
+    %9 = sqrt.f32 %8
+    %10 = div.f32 %3, %9
+    %11 = const.f32 1
+    %12 = min.f32 %10, %11            # clip scale
+    %13 = sub.f32 %11, %4
+    %14 = mul.f32 %13, %12            # (1 - beta1) * scale: host part and kernel part
+    %15 = mul.f32 %14, %6
+    %16 = mul.f32 %2, %15
+    %17 = sub.f32 %0, %16
+    out "param" = %17
+    result "norm" = %9
+  })");
+  NormalizedGraph n = normalize(g);
+  EXPECT_TRUE(has(n.idioms, "gradient_centralization"));
+  ASSERT_EQ(n.host_scalars.size(), 1u) << describe(n);
+  EXPECT_EQ(n.host_scalars.count("one_minus_beta1"), 1u) << describe(n);
+  EXPECT_GE(n.graph.find_scalar("max_norm"), 0);
+  ASSERT_EQ(n.graph.results().size(), 1u);
+  EXPECT_EQ(n.graph.results()[0].name, "norm");
+
+  std::map<std::string, double> s = {{"lr", 0.1}, {"max_norm", 0.5}, {"beta1", 0.9}};
+  auto tensors = random_tensors(g, 48, 11);
+  auto want = interpret(g, tensors, s, 8);
+  auto got = interpret(n.graph, tensors, n.kernel_scalars(s), 8);
+  for (size_t i = 0; i < 48; ++i) EXPECT_NEAR(got.at("param")[i], want.at("param")[i], 1e-6) << i;
+  EXPECT_NEAR(interpret_results(n.graph, tensors, n.kernel_scalars(s), 8).at("norm"),
+              interpret_results(g, tensors, s, 8).at("norm"), 1e-12);
+}
+
 TEST(Idioms, RuleListNamesEveryIdiom) {
   std::vector<std::string> names;
   for (const IdiomInfo& i : idiom_rules()) names.push_back(i.name);

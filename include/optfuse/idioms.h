@@ -8,20 +8,25 @@
 //   call.scalars = ... n.kernel_scalars({{"lr", 1e-3}, {"beta1", 0.9}, ...}) in signature order
 //
 // Two stages:
-//  1. Idiom rules (named; rules.cpp lists them with their exactness): EMA and lerp spellings,
-//     bias correction, decoupled and L2 weight decay, Nesterov look-ahead, Adam's denominator,
-//     the maximize sign, and the gathering of uniform factors so that scalar math is separable
-//     from per-element math. Rules fire only on graphs NOT already in normal form: the library's
-//     graphs come out unchanged (tests/test_idioms.cpp checks every one).
-//  2. Host scalars: every maximal uniform float subexpression an element-wise op reads (1 - beta1,
-//     lr / bias_correction1, 1 / sqrt(bias_correction2), 1 - lr * weight_decay, ...) becomes one
-//     kernel scalar whose value the host computes in double from the graph's own scalars and
-//     rounds once (DESIGN.md: 1 - beta2 in fp32 alone costs ~1e-5 relative error). Known formulas
-//     get the library's names (one_minus_beta1, step_size, inv_bias_correction2_sqrt, decay,
-//     grad_sign); others are named by their formula text.
+//  1. Idiom rules (named; src/graph/idiom_rules.cpp lists them with their exactness): EMA and
+//     lerp spellings, bias correction, decoupled and L2 weight decay, Nesterov look-ahead, Adam's
+//     denominator, gradient centralization (g - row_mean(g)), the maximize sign, and the
+//     gathering of uniform factors so that scalar math is separable from per-element math.
+//     Rules fire only on graphs NOT already in normal form: the library's graphs come out
+//     unchanged (tests/test_idioms.cpp checks every one).
+//  2. Host scalars: every maximal float subexpression of scalars and constants only (not of a
+//     reduction: that needs the data) that the kernel reads (1 - beta1, lr / bias_correction1,
+//     1 / sqrt(bias_correction2), 1 - lr * weight_decay, ...) becomes one kernel scalar whose
+//     value the host computes in double from the graph's own scalars and rounds once (DESIGN.md:
+//     1 - beta2 in fp32 alone costs ~1e-5 relative error). Known formulas get the library's
+//     names (one_minus_beta1, step_size, inv_bias_correction2_sqrt, decay, grad_sign); others
+//     are named by their formula text. Scalars only host formulas read leave the signature.
+// Hoisting changes the kernel's signature, so it is not part of canonicalize() (Engine::kernel
+// keeps "the kernel takes g's scalars"); canonicalize() runs only the exact rules that keep it.
 //
 // Numbers: a rewrite that is not bit-exact says so where it is defined, with the bound; every
-// rewrite is exact in real arithmetic (interpret() agrees before and after to double rounding).
+// rewrite is exact in real arithmetic (interpret() agrees before and after up to the f32 rounding
+// of the scalars).
 #include <map>
 #include <string>
 #include <vector>

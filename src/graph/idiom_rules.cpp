@@ -175,6 +175,10 @@ void add_sign_and_nesterov(rewrite::RuleSet& rules) {
                DType t = x.node().dtype;
                return (select(c, g.constant(1, t), g.constant(-1, t)) * x).id();
              }});
+  // Gradient centralization (Yong et al. 2020, MindSpore's grad_centralization): the gradient
+  // minus its mean over all dims but the first, i.e. per row of the [dim0, rest] view.
+  rules.add({"gradient_centralization", P(Op::Sub, {tensor("g"), P(Op::RowMean, {any("g")})}),
+             [](Graph&, const Match& m) -> Result { return recognized(m); }});
   // Nesterov look-ahead: d + mu * b' where b' = a*b + c*d is the momentum buffer just updated
   // from the same d (the repeated binding "d").
   rules.add(
@@ -228,11 +232,10 @@ std::vector<IdiomInfo> idiom_infos() {
        true},
       {"l2_weight_decay", "g + wd*p recognized", true},
       {"nesterov", "d + mu*(a*b + c*d) recognized (SGD's Nesterov look-ahead)", true},
-      // Written down, not enabled: needs the per-row reduction ops (mean over all dims but the
-      // first) that the front-end partitioner adds to ops.def; until then no graph can spell it.
-      // Pattern once they exist: sub(g, mean_rows(g)) with g a grad of rank >= 2.
-      {"gradient_centralization", "g - mean over all dims but the first (waits for row reductions)",
-       false},
+      {"gradient_centralization",
+       "g - row_mean(g) recognized (MindSpore's grad_centralization: the mean over all dims but "
+       "the first)",
+       true},
   };
 }
 

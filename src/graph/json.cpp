@@ -21,13 +21,14 @@ class Reader {
     if (!j.is_object()) fail("", "a graph must be a JSON object, got " + kind(j));
     for (const auto& [key, value] : j.items())
       if (key != "name" && key != "inputs" && key != "scalars" && key != "nodes" &&
-          key != "outputs")
-        fail("/" + key, "unknown field (expected name, inputs, scalars, nodes, outputs)");
+          key != "outputs" && key != "results")
+        fail("/" + key, "unknown field (expected name, inputs, scalars, nodes, outputs, results)");
     if (j.contains("name")) g_.set_name(string_at(j["name"], "/name"));
     each(j, "inputs", [&](const json& v, const std::string& at) { input(v, at); });
     each(j, "scalars", [&](const json& v, const std::string& at) { scalar(v, at); });
     each(j, "nodes", [&](const json& v, const std::string& at) { node(v, at); });
     outputs(j);
+    results(j);
     return std::move(g_);
   }
 
@@ -127,12 +128,25 @@ class Reader {
 
   void outputs(const json& j) {
     auto it = j.find("outputs");
+    if (it == j.end() && j.contains("results")) return;  // a read-only statistics pass
     if (it == j.end()) fail("/outputs", "missing (an object: replaced input -> node id)");
     if (!it->is_object()) fail("/outputs", "must be an object, got " + kind(*it));
     for (const auto& [replaces, value] : it->items()) {
       const std::string at = "/outputs/" + replaces;
       Value v = operand(value, at);
       guarded(at, [&] { g_.output(replaces, v); });
+    }
+  }
+
+  // Optional: {"sumsq": "n3"}, uniform values returned to the caller (graph.h, Result).
+  void results(const json& j) {
+    auto it = j.find("results");
+    if (it == j.end()) return;
+    if (!it->is_object()) fail("/results", "must be an object, got " + kind(*it));
+    for (const auto& [name, value] : it->items()) {
+      const std::string at = "/results/" + name;
+      Value v = operand(value, at);
+      guarded(at, [&] { g_.result(name, v); });
     }
   }
 
@@ -236,11 +250,17 @@ json to_json(const Graph& g) {
   }
   json outputs = json::object();
   for (const Output& o : g.outputs()) outputs[o.replaces] = id(o.value);
-  return {{"name", g.name()},
-          {"inputs", inputs},
-          {"scalars", scalars},
-          {"nodes", nodes},
-          {"outputs", outputs}};
+  json out = {{"name", g.name()},
+              {"inputs", inputs},
+              {"scalars", scalars},
+              {"nodes", nodes},
+              {"outputs", outputs}};
+  if (!g.results().empty()) {
+    json results = json::object();
+    for (const Result& r : g.results()) results[r.name] = id(r.value);
+    out["results"] = results;
+  }
+  return out;
 }
 
 }  // namespace optfuse::graph_json

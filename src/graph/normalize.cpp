@@ -85,20 +85,35 @@ class Hoister {
       if (in.nodes()[i].op == Op::Input)
         copied_[static_cast<NodeId>(i)] = out_.add_node(in.nodes()[i]);
     for (const Output& o : in.outputs()) out_.output(o.replaces, out_.value(get(o.value, true)));
+    for (const Result& r : in.results()) out_.result(r.name, out_.value(get(r.value, true)));
   }
 
   Graph& graph() { return out_; }
   std::map<std::string, HostExpr>& host() { return host_; }
 
  private:
-  // The out-graph node for in-node `id`, hoisted when read by an element-wise op.
-  NodeId get(NodeId id, bool read_per_element) {
+  // Computable on the host: scalars, constants and math on them (not a tensor, not a reduction
+  // of one, which is uniform but needs the data).
+  bool on_host(NodeId id) {
+    if (auto it = on_host_.find(id); it != on_host_.end()) return it->second;
     const Node& n = in_.node(id);
-    bool hoist = read_per_element && !n.is_tensor && !op_has(n.op, kLeaf) && is_float(n.dtype);
+    bool host = n.op == Op::Scalar || n.op == Op::Const;
+    if (!op_has(n.op, kLeaf) && !n.is_tensor && !op_has(n.op, kReduce | kRowReduce)) {
+      host = true;
+      for (NodeId a : n.args) host = host && on_host(a);
+    }
+    return on_host_[id] = host;
+  }
+
+  // The out-graph node for in-node `id`, hoisted when the kernel reads it (a per-element op, a
+  // reduction's math, an output or a result) and the host can compute it.
+  NodeId get(NodeId id, bool read_by_kernel) {
+    const Node& n = in_.node(id);
+    bool hoist = read_by_kernel && on_host(id) && !op_has(n.op, kLeaf) && is_float(n.dtype);
     if (hoist) return hoisted(id);
     if (auto it = copied_.find(id); it != copied_.end()) return it->second;
     Node copy = n;
-    for (NodeId& a : copy.args) a = get(a, n.is_tensor);
+    for (NodeId& a : copy.args) a = get(a, !on_host(id));
     NodeId out = out_.add_node(std::move(copy));
     copied_[id] = out;
     return out;
@@ -137,6 +152,7 @@ class Hoister {
   Graph out_;
   std::vector<std::string> source_scalars_;
   std::map<NodeId, NodeId> copied_, hoisted_;
+  std::map<NodeId, bool> on_host_;
   std::map<std::string, HostExpr> host_;
 };
 

@@ -115,11 +115,12 @@ size_t RuleSet::size() const {
 
 namespace {
 
-// Nodes an output reaches, plus every leaf.
+// Nodes an output or a result reaches, plus every leaf.
 std::vector<bool> live_nodes(const Graph& g) {
   std::vector<bool> live(g.nodes().size(), false);
   std::vector<NodeId> stack;
   for (const Output& o : g.outputs()) stack.push_back(o.value);
+  for (const Result& r : g.results()) stack.push_back(r.value);
   while (!stack.empty()) {
     NodeId id = stack.back();
     stack.pop_back();
@@ -148,6 +149,7 @@ class Pass {
       to_out[i] = apply(*out, out->add_node(std::move(n)));
     }
     for (const Output& o : in.outputs()) out->output(o.replaces, out->value(to_out[o.value]));
+    for (const Result& r : in.results()) out->result(r.name, out->value(to_out[r.value]));
     return changed_;
   }
 

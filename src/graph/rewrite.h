@@ -93,7 +93,7 @@ class RuleSet {
 };
 
 struct RewriteResult {
-  Graph graph;                       // rewritten; nodes no output reaches are dropped
+  Graph graph;                       // rewritten; nodes no output or result reaches are dropped
   std::vector<std::string> matched;  // rule names that matched, in first-match order, once each
   int passes = 0;                    // passes over the graph, the last one changing nothing
   bool converged = true;             // false if max_passes ran out while rules still changed it
