@@ -6,22 +6,18 @@
 // 28 B/element for all three (a copy of S bytes moves 2 S), so the ratio of two bytes_per_second
 // at the same n is a ratio of speeds (AdamW / copy, AdamW / ceiling).
 //
-// Device memory: the CUDA driver API is loaded at run time (dlopen libcuda.so.1 + dlsym; no
-// link-time CUDA dependency). Halide's CUDA runtime makes its OWN context (cuCtxCreate, device 0
-// or HL_GPU_DEVICE), separate from the device's primary context, and a pointer from one context
-// is not valid in another. So the memory is allocated in Halide's context: a first tiny
-// halide_device_malloc in the engine's runtime creates it, halide_cuda_acquire_context
-// (create = false) returns it, and it stays current on the benchmark thread for every driver call
-// (cuMemAlloc, cuMemsetD32, cuMemcpyDtoD, cuCtxSynchronize). Halide's launches push/pop that same
-// context and run on its default stream, so cuCtxSynchronize covers them.
+// Device memory: the CUDA driver API is loaded at run time (src/jit/cuda_driver.h: dlopen
+// libcuda.so.1; no link-time CUDA dependency). The engine runs its kernels in device 0's primary
+// context (EngineOptions::cuda_context unset), so the benchmark allocates there: that context is
+// made current on the benchmark thread for every driver call (cuMemAlloc, cuMemsetD32,
+// cuMemcpyDtoD, cuCtxSynchronize). Kernels launch on its default stream, so cuCtxSynchronize
+// covers them.
 //
 // Timing: launches are asynchronous, so every timed iteration is kBatch calls then
 // cuCtxSynchronize, measured with a steady clock (UseManualTime). Without a driver or device every
 // benchmark is skipped with "no CUDA device: ..." (SkipWithError: Google Benchmark 1.7 has no
 // SkipWithMessage) and the process exits 77; any other failure exits 1.
 #include <benchmark/benchmark.h>
-#include <dlfcn.h>
-#include <HalideRuntime.h>
 
 #include <chrono>
 #include <cstdint>
@@ -32,10 +28,8 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
-#include "engine/kernel_impl.h"
 #include "jit/cuda_driver.h"
 #include "optfuse/optfuse.hpp"
 #include "optim/rule.h"
@@ -48,61 +42,13 @@ constexpr int64_t kAdamBytes = 28;  // per element: 4 reads + 3 writes of fp32
 constexpr int kWarmup = 3;          // untimed calls first (module load / PTX JIT on the first)
 constexpr int kBatch = 8;           // calls per timed iteration, then one synchronize
 
-using CUdeviceptr = unsigned long long;
-using CUcontext = void*;
+using CUdeviceptr = jit::CuDevicePtr;
+using Driver = jit::CudaDriver;
 
-// The driver entry points used here (the _v2 names are the ABI cuda.h maps the plain names to).
-struct Driver {
-  int (*cuInit)(unsigned) = nullptr;
-  int (*cuDeviceGet)(int*, int) = nullptr;
-  int (*cuDeviceGetName)(char*, int, int) = nullptr;
-  int (*cuDeviceGetAttribute)(int*, int, int) = nullptr;
-  int (*cuCtxPushCurrent)(CUcontext) = nullptr;
-  int (*cuCtxSynchronize)() = nullptr;
-  int (*cuMemGetInfo)(size_t*, size_t*) = nullptr;
-  int (*cuMemAlloc)(CUdeviceptr*, size_t) = nullptr;
-  int (*cuMemFree)(CUdeviceptr) = nullptr;
-  int (*cuMemsetD32)(CUdeviceptr, unsigned, size_t) = nullptr;
-  int (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t) = nullptr;
-  int (*cuGetErrorName)(int, const char**) = nullptr;
-
-  // "" or why not.
-  std::string load() {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!lib) return "libcuda.so.1 could not be loaded";
-    bool ok = true;
-    auto get = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      ok = ok && fn;
-    };
-    get(cuInit, "cuInit");
-    get(cuDeviceGet, "cuDeviceGet");
-    get(cuDeviceGetName, "cuDeviceGetName");
-    get(cuDeviceGetAttribute, "cuDeviceGetAttribute");
-    get(cuCtxPushCurrent, "cuCtxPushCurrent_v2");
-    get(cuCtxSynchronize, "cuCtxSynchronize");
-    get(cuMemGetInfo, "cuMemGetInfo_v2");
-    get(cuMemAlloc, "cuMemAlloc_v2");
-    get(cuMemFree, "cuMemFree_v2");
-    get(cuMemsetD32, "cuMemsetD32_v2");
-    get(cuMemcpyDtoD, "cuMemcpyDtoD_v2");
-    get(cuGetErrorName, "cuGetErrorName");
-    return ok ? "" : "libcuda.so.1 lacks a driver API entry point this benchmark uses";
-  }
-
-  void check(int rc, const char* what) const {
-    if (rc == 0) return;
-    const char* name = nullptr;
-    std::string text = std::string(what) + " failed: CUresult " + std::to_string(rc);
-    if (cuGetErrorName && cuGetErrorName(rc, &name) == 0 && name) text += std::string(" ") + name;
-    throw Error(text);
-  }
-};
-
-// Everything the benchmarks share: the driver, one CUDA engine, its kernels, Halide's context.
+// Everything the benchmarks share: the driver, one CUDA engine and its kernels.
 struct Gpu {
   std::string problem;  // non-empty: no usable driver/device, every benchmark skips with it
-  Driver cu;
+  Driver cu;           // jit::cuda_driver(), copied once loaded
   std::string device;   // "NVIDIA H200 (sm_90)"
   std::unique_ptr<Engine> engine;
   std::shared_ptr<const Kernel> adamw, ceiling;
@@ -126,13 +72,9 @@ void setup(Gpu& g) {
     g.problem = p.rfind("no CUDA device", 0) == 0 ? p : "no CUDA device: " + p;
     return;
   }
-  if (std::string p = g.cu.load(); !p.empty()) {
-    g.problem = "no CUDA device: " + p;
-    return;
-  }
-  g.cu.check(g.cu.cuInit(0), "cuInit");
+  g.cu = jit::cuda_driver();
   int dev = 0, major = 0, minor = 0;
-  g.cu.check(g.cu.cuDeviceGet(&dev, 0), "cuDeviceGet");  // Halide's default (HL_GPU_DEVICE unset)
+  g.cu.check(g.cu.cuDeviceGet(&dev, 0), "cuDeviceGet");  // the engine's default (EngineOptions::cuda_device)
   g.cu.check(g.cu.cuDeviceGetAttribute(&major, 75, dev), "cuDeviceGetAttribute(major)");
   g.cu.check(g.cu.cuDeviceGetAttribute(&minor, 76, dev), "cuDeviceGetAttribute(minor)");
   char name[256] = {};
@@ -149,30 +91,9 @@ void setup(Gpu& g) {
   g.adamw = g.engine->kernel(rule->graph(defaults));
   g.ceiling = g.engine->kernel(tools::stream_4r3w_graph());
 
-  // Halide's context: created by a first device allocation in this engine's runtime (one runtime
-  // per engine, shared by both kernels), then made current here for every driver call.
-  auto impl = std::dynamic_pointer_cast<const engine_detail::KernelImpl>(g.adamw);
-  jit::Session& s = *impl->session();
-  using Malloc = int (*)(void*, halide_buffer_t*, const halide_device_interface_t*);
-  using Free = int (*)(void*, halide_buffer_t*);
-  using Acquire = int (*)(void*, CUcontext*, bool);
-  using Release = int (*)(void*);
-  halide_dimension_t dim{0, 64, 1, 0};
-  halide_buffer_t probe{};
-  probe.type = halide_type_t(halide_type_float, 32);
-  probe.dimensions = 1;
-  probe.dim = &dim;
-  g.cu.check(reinterpret_cast<Malloc>(s.lookup("halide_device_malloc"))(
-                 nullptr, &probe, s.cuda_device_interface()),
-             "halide_device_malloc");
-  reinterpret_cast<Free>(s.lookup("halide_device_free"))(nullptr, &probe);
-  CUcontext ctx = nullptr;
-  g.cu.check(reinterpret_cast<Acquire>(s.lookup("halide_cuda_acquire_context"))(nullptr, &ctx,
-                                                                                false),
-             "halide_cuda_acquire_context");
-  reinterpret_cast<Release>(s.lookup("halide_cuda_release_context"))(nullptr);
-  if (!ctx) throw Error("the Halide CUDA runtime has no context after a device allocation");
-  g.cu.check(g.cu.cuCtxPushCurrent(ctx), "cuCtxPushCurrent(Halide's context)");
+  // The engine's context (device 0's primary context), current on the benchmark thread for every
+  // driver call; the kernels run in it too, on its default stream.
+  g.cu.check(g.cu.cuCtxPushCurrent(jit::cuda_primary_context(0)), "cuCtxPushCurrent");
 }
 
 Gpu& gpu() {

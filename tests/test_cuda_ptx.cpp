@@ -17,6 +17,7 @@
 #include "jit/cuda_driver.h"
 #include "jit/halide_bridge.h"
 #include "jit/ptx.h"
+#include "jit/session.h"
 #include "optfuse/optfuse.hpp"
 
 namespace optfuse {
@@ -251,7 +252,40 @@ TEST(CudaCall, DevicePointersMustBeAligned) {
               ::testing::ThrowsMessage<Error>(HasSubstr("is not 16-byte aligned")));
 }
 
-// Device memory for `host` in the Halide runtime's own CUDA context (the one kernels run in).
+// The CUDA runtime asks optfuse's hooks for its context and stream, which answer from the call:
+// checked here without a device by calling the runtime's own entry points with a call context.
+TEST(CudaSession, RuntimeTakesContextAndStreamFromTheCall) {
+  auto session = jit::Session::create(
+      jit::compile_runtime_object(jit::resolve_target(kTarget)), 1, /*cuda=*/true);
+  using Acquire = int (*)(void*, void**, bool);
+  using Release = int (*)(void*);
+  using GetStream = int (*)(void*, void*, void**);
+  auto acquire = reinterpret_cast<Acquire>(session->lookup("halide_cuda_acquire_context"));
+  auto release = reinterpret_cast<Release>(session->lookup("halide_cuda_release_context"));
+  auto get_stream = reinterpret_cast<GetStream>(session->lookup("halide_cuda_get_stream"));
+  int fake_context, fake_stream;
+  jit::CallContext call;
+  call.cuda = {&fake_context, &fake_stream};
+  void* ctx = nullptr;
+  void* stream = nullptr;
+  ASSERT_EQ(acquire(&call, &ctx, true), 0);
+  EXPECT_EQ(ctx, &fake_context);
+  ASSERT_EQ(get_stream(&call, ctx, &stream), 0);
+  EXPECT_EQ(stream, &fake_stream);
+  EXPECT_EQ(release(&call), 0);
+  // Without a context in the call: device 0's primary context, or a clear error without one.
+  jit::CallContext bare;
+  int rc = acquire(&bare, &ctx, true);
+  if (jit::cuda_device_problem().empty()) {
+    EXPECT_EQ(rc, 0);
+    EXPECT_EQ(ctx, jit::cuda_primary_context(0));
+  } else {
+    EXPECT_NE(rc, 0);
+    EXPECT_THAT(bare.error, HasSubstr(jit::cuda_device_problem()));
+  }
+}
+
+// Device memory for `host` in the engine's CUDA context (device 0's primary context, where kernels run).
 class DeviceArray {
  public:
   using Fn = int (*)(void*, halide_buffer_t*, const halide_device_interface_t*);

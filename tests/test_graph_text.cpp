@@ -210,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadText{"graph \"a\\qb\" {}",
                 "line 1: bad escape in string (expected \\\", \\\\ or \\xHH)"},
         BadText{"graph \"g\" {\n  %0 = param.f32 \"p\"\n",
-                "line 3: expected '%N = ...', 'out "
+                "line 3: expected '%N = ...', 'out \"name\" = %N', 'result "
                 "\"name\" = %N' or '}', got end of input"},
         BadText{"graph \"g\" {} }", "line 1: expected end of input after '}', got '}'"},
         BadText{"graph \"g\" {\n %0 param.f32 \"p\" }", "line 2: expected '=', got 'param.f32'"},

@@ -119,8 +119,19 @@ bool domain_of(Op op, Domain* d) {
     case Op::Ne:
     case Op::Select:
     case Op::Cast:
+    case Op::IsFinite:
       *d = {-1, 1, -1, 1};
       return true;
+    // Not element-wise: tests/test_reduce.cpp.
+    case Op::ReduceSum:
+    case Op::ReduceMean:
+    case Op::ReduceMax:
+    case Op::ReduceMin:
+    case Op::RowSum:
+    case Op::RowMean:
+    case Op::RowMax:
+    case Op::RowMin:
+      return false;
   }
   return false;
 }
@@ -146,11 +157,12 @@ Graph op_graph(Op op) {
   return g;
 }
 
-// Every non-leaf op, generated from the X-macro: an op added to ops.def is tested here.
+// Every element-wise op, generated from the X-macro: an op added to ops.def is tested here
+// (reductions in tests/test_reduce.cpp).
 std::vector<Op> operations() {
   std::vector<Op> ops;
 #define OPTFUSE_OP(e, text, arity, flags) \
-  if (!op_has(Op::e, kLeaf)) ops.push_back(Op::e);
+  if (!op_has(Op::e, kLeaf | kReduce | kRowReduce)) ops.push_back(Op::e);
 #include "optfuse/ops.def"
 #undef OPTFUSE_OP
   return ops;

@@ -57,12 +57,23 @@ struct KernelSignature {
     std::string replaces;  // the tensor input it overwrites
     DType dtype;
   };
+  struct ResultArg {
+    std::string name;
+    DType dtype;  // the value's dtype in the graph; returned converted to double
+  };
   std::vector<TensorArg> inputs;    // canonical order
   std::vector<ScalarArg> scalars;   // canonical order
   std::vector<OutputArg> outputs;   // canonical order
+  std::vector<ResultArg> results;   // sorted by name
+  // The graph has per-row reductions (row_sum, row_mean, ...): calls give KernelCall::cols.
+  bool per_row = false;
+  // The graph has whole-tensor reductions (reduce_sum, ...): one call reduces at most 2^30
+  // elements (Halide's int32 extents; longer calls of other kernels run in slices).
+  bool reduces = false;
 
   int input_index(const std::string& name) const;   // -1 if absent
   int scalar_index(const std::string& name) const;  // -1 if absent
+  int result_index(const std::string& name) const;  // -1 if absent
 };
 
 // One call: data pointers by signature position, scalar values (converted to each scalar's dtype
@@ -72,13 +83,23 @@ struct KernelCall {
   std::vector<double> scalars;  // signature.scalars order
   std::vector<void*> outputs;   // signature.outputs order; normally the same pointer as its input
   int64_t n = 0;
+  // Kernels with signature.per_row: the row length (n must be a multiple of it); the tensors are
+  // viewed as [n / cols, cols], row-major. Ignored by other kernels.
+  int64_t cols = 0;
+  // Kernels with signature.results: where run() writes them, signature.results.size() doubles
+  // in signature.results order. For n == 0 the reductions give their empty values (sum 0,
+  // mean NaN, max -inf, min +inf).
+  double* results = nullptr;
   // The pointers are CUDA device pointers (CUdeviceptr values). Required by kernels of CUDA
   // targets (host pointers are rejected: no hidden copies), rejected by CPU kernels. Each must be
-  // 16-byte aligned (cuMemAlloc gives 256) and valid in the CUDA context the Halide runtime
-  // uses: today its own context on device 0 (HL_GPU_DEVICE), created at the first call. The
-  // launch is asynchronous (that context's default stream): synchronize before reading results.
-  // Untested on a GPU so far (no device in CI).
+  // 16-byte aligned (cuMemAlloc gives 256) and valid in the engine's CUDA context
+  // (EngineOptions::cuda_context: by default device 0's primary context, the one PyTorch's
+  // allocations live in). The launch is asynchronous on `cuda_stream`: synchronize that stream
+  // before reading results. Untested on a GPU so far (no device in CI).
   bool device = false;
+  // CUDA kernels only: the CUstream to launch on (e.g. torch.cuda.current_stream().cuda_stream);
+  // null = the context's default stream.
+  void* cuda_stream = nullptr;
 };
 
 class Kernel {
@@ -105,6 +126,11 @@ struct EngineOptions {
   // throws. Without it, an engine for a CUDA target checks at creation that a CUDA driver and
   // device are usable and throws Error saying why not; a compile-only engine needs neither.
   bool compile_only = false;
+  // CUDA targets: the CUcontext kernels run in, which device pointers must be valid in. Null =
+  // the primary context of device `cuda_device` (retained by optfuse; the context the CUDA runtime
+  // API, and so PyTorch, JAX and CuPy, use), so their tensors' pointers work as they are.
+  void* cuda_context = nullptr;
+  int cuda_device = 0;
   // Tuned schedules (include/optfuse/schedules.h): "" = none; a database file, or a directory
   // holding `<resolved target>.json` (none there: no tuned schedules). Read once at creation;
   // Error if a named file is unreadable or invalid. Only kernel(g, size_hint) and the other

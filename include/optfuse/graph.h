@@ -8,7 +8,15 @@
 //     their VALUES are kernel arguments, never compiled in;
 //   * constants, element-wise ops (the list is include/optfuse/ops.def), and
 //   * outputs, each bound to the tensor input it replaces (p' replaces p, m' replaces m):
-//     kernels update in place.
+//     kernels update in place;
+//   * results: named uniform values returned to the caller as doubles (a squared norm, a max,
+//     an overflow flag). A graph may have results and no outputs: a read-only statistics pass.
+//
+// Reductions (ops.def): reduce_* turn a per-element operand into one uniform value over the
+// whole tensor; row_* view the tensor as [rows, cols] (row-major, cols the length of a row, a
+// call argument: KernelCall::cols) and give each element its row's value. A kernel computes
+// every reduction as a prologue stage before the element-wise stage that uses it, so an update
+// may depend on a norm of its own gradient and still be one kernel.
 //
 // Semantics: a value is a "tensor" if any operand is a tensor, else "uniform" (the same for every
 // element). Binary ops need equal dtypes; a constant operand adopts the other side's dtype.
@@ -34,6 +42,8 @@ enum OpFlags : unsigned {
   kCompare = 1u << 2,
   kUnary = 1u << 3,
   kBinary = 1u << 4,
+  kReduce = 1u << 5,     // whole-tensor reduction: uniform result
+  kRowReduce = 1u << 6,  // per-row reduction: per-element result (the row's value)
 };
 
 enum class Op : uint8_t {
@@ -65,6 +75,12 @@ struct Node {
 
 struct Output {
   std::string replaces;  // name of the tensor input this output overwrites
+  NodeId value;
+};
+
+// A named uniform value returned to the caller (KernelCall::results), e.g. a squared norm.
+struct Result {
+  std::string name;
   NodeId value;
 };
 
@@ -107,9 +123,14 @@ class Graph {
   // Declares that `v` replaces tensor input `replaces` after the step.
   void output(const std::string& replaces, Value v);
 
+  // Declares that uniform value `v` is returned to the caller under `name` (unique among the
+  // results). Error if `v` is per-element: reduce it first (reduce_sum, reduce_max, ...).
+  void result(const std::string& name, Value v);
+
   const std::vector<Node>& nodes() const { return nodes_; }
   const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }
   const std::vector<Output>& outputs() const { return outputs_; }
+  const std::vector<Result>& results() const { return results_; }
   Value value(NodeId id) { return Value(this, id); }
 
   // Looks up a leaf by name; -1 if absent.
@@ -124,6 +145,7 @@ class Graph {
   std::string name_;
   std::vector<Node> nodes_;
   std::vector<Output> outputs_;
+  std::vector<Result> results_;
   std::unordered_map<std::string, NodeId> intern_;  // structural key -> id (hash-consing)
 };
 
@@ -156,6 +178,26 @@ Value exp(Value a);
 Value log(Value a);
 Value select(Value cond, Value if_true, Value if_false);
 Value cast(Value a, DType to);
+Value is_finite(Value a);  // bool: neither inf nor NaN
+
+// Reductions (operand: a per-element value of a float dtype; see the top of this file).
+Value reduce_sum(Value a);
+Value reduce_mean(Value a);
+Value reduce_max(Value a);
+Value reduce_min(Value a);
+Value row_sum(Value a);
+Value row_mean(Value a);
+Value row_max(Value a);
+Value row_min(Value a);
+// Common statistics, built from the above: sum of squares, max |a|, and 1 if any element of `a`
+// is inf or NaN else 0 (all of a's dtype, uniform).
+Value sum_squares(Value a);
+Value max_abs(Value a);
+Value any_nonfinite(Value a);
+
+// Whether `g` uses per-row reductions (its kernels then take KernelCall::cols) / any reduction.
+bool uses_rows(const Graph& g);
+bool has_reductions(const Graph& g);
 
 // ---- Textual form -------------------------------------------------------------------------
 // print() writes a graph as text; parse() reads it back (parse(print(g)) is structurally g).
@@ -167,6 +209,7 @@ Value cast(Value a, DType to);
 //     %4 = sub.f32 %0, %3
 //     out "p" = %4
 //   }
+// Results are written `result "sumsq" = %7`.
 // Constants print as `const.f32 0.5` with enough digits to round-trip exactly.
 std::string print(const Graph& g);
 Graph parse(std::string_view text);  // throws Error with line number on bad input
@@ -175,7 +218,8 @@ Graph parse(std::string_view text);  // throws Error with line number on bad inp
 // canonicalize(): folds constants, applies exact identities (x*1, x-0, --x), eliminates common
 // subexpressions and dead nodes, orders commutative operands canonically, and numbers nodes in a
 // canonical order (inputs by role then name, scalars by name, then operations depth-first from
-// the outputs sorted by name). Two graphs describing the same update — built in any order, with
+// the outputs sorted by name, then from the results sorted by name). Two graphs describing the
+// same update — built in any order, with
 // operands of commutative ops either way round — canonicalize to identical text.
 Graph canonicalize(const Graph& g);
 
@@ -193,9 +237,15 @@ Hash128 structural_hash(const Graph& g);
 
 // Evaluates the graph element-wise in double precision (a plain interpreter, the reference for
 // tests): `tensors` maps input names to per-element values, `scalars` maps scalar names to values.
-// Returns each output's values keyed by the name it replaces.
+// Returns each output's values keyed by the name it replaces. `cols`: the row length for graphs
+// with per-row reductions (the element count must be a multiple of it).
 std::map<std::string, std::vector<double>> interpret(
     const Graph& g, const std::map<std::string, std::vector<double>>& tensors,
-    const std::map<std::string, double>& scalars);
+    const std::map<std::string, double>& scalars, int64_t cols = 0);
+
+// The same evaluation, returning the graph's results by name.
+std::map<std::string, double> interpret_results(
+    const Graph& g, const std::map<std::string, std::vector<double>>& tensors,
+    const std::map<std::string, double>& scalars, int64_t cols = 0);
 
 }  // namespace optfuse

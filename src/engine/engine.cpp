@@ -133,8 +133,10 @@ Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->target = jit::resolve_target(options.target);
   impl_->num_threads = resolve_threads(options.num_threads);
   // Here, not at the first kernel() or step: a CUDA engine without a device fails early, clearly.
-  if (!options.compile_only && jit::target_uses_cuda(impl_->target))
+  if (!options.compile_only && jit::target_uses_cuda(impl_->target)) {
     jit::require_cuda_device(impl_->target);
+    if (!options.cuda_context) options.cuda_context = jit::cuda_primary_context(options.cuda_device);
+  }
   impl_->options = std::move(options);
   if (std::string file = schedule_db_file(impl_->options.schedule_db, impl_->target);
       !file.empty()) {
@@ -194,7 +196,8 @@ std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const
   // runtime compile.
   jit::ArgvFn fn = session_locked().load_kernel(obj, fn_name);
   auto kernel = std::make_shared<KernelImpl>(std::move(sig), key, name, resolved, session, fn,
-                                             session->cuda_device_interface());
+                                             session->cuda_device_interface(),
+                                             options.cuda_context);
   table.emplace(key, kernel);
   return kernel;
 }

@@ -35,7 +35,7 @@ halide_type_t buffer_type(DType t) {
 // pointer wrapped as Halide's halide_cuda_wrap_device_ptr would (no host copy, never dirty, so
 // the pipeline's halide_copy_to_device is a no-op; nothing to free: the caller owns the memory).
 halide_buffer_t call_buffer(void* data, int64_t offset, DType t, halide_dimension_t* dim,
-                            const halide_device_interface_t* device) {
+                            const halide_device_interface_t* device, int dimensions = 1) {
   halide_buffer_t b{};
   uint8_t* at = static_cast<uint8_t*>(data) + offset * static_cast<int64_t>(dtype_size(t));
   if (device) {
@@ -45,10 +45,24 @@ halide_buffer_t call_buffer(void* data, int64_t offset, DType t, halide_dimensio
     b.host = at;
   }
   b.type = buffer_type(t);
-  b.dimensions = 1;
+  b.dimensions = dimensions;
   b.dim = dim;
   return b;
 }
+
+// A 0-D f64 buffer over one result slot.
+halide_buffer_t result_buffer(double* slot) {
+  halide_buffer_t b{};
+  b.host = reinterpret_cast<uint8_t*>(slot);
+  b.type = halide_type_t(halide_type_float, 64);
+  return b;
+}
+
+// Stands in for the tensors of an empty call that still has results to compute: Halide takes a
+// buffer with no host (and no device) pointer for a bounds query and would compute nothing, and
+// a reduction's bounds need one readable element. Such a call passes one-element buffers over
+// this memory and chunk = 0, which tells the kernel the tensors are empty (lower.h).
+alignas(64) unsigned char empty_tensor[64];
 
 // The alignment the CUDA schedule assumes for a buffer of `t` (schedule.cpp: one vector of
 // `vector_width` elements, capped at 16 bytes, at least one element).
@@ -67,18 +81,20 @@ std::string count_error(const std::string& kernel, const char* what, size_t got,
 
 KernelImpl::KernelImpl(KernelSignature signature, std::string key, std::string name,
                        Schedule resolved, std::shared_ptr<jit::Session> session, jit::ArgvFn fn,
-                       const halide_device_interface_t* device_interface)
+                       const halide_device_interface_t* device_interface, void* cuda_context)
     : signature_(std::move(signature)),
       key_(std::move(key)),
       name_(std::move(name)),
       schedule_(resolved),
       session_(std::move(session)),
       fn_(fn),
-      device_interface_(device_interface) {
+      device_interface_(device_interface),
+      cuda_context_(cuda_context) {
   if (signature_.inputs.size() > kMaxTensors || signature_.outputs.size() > kMaxTensors ||
-      signature_.scalars.size() > kMaxScalars)
+      signature_.scalars.size() > kMaxScalars || signature_.results.size() > kMaxResults)
     throw Error("graph \"" + name_ + "\" has more than " + std::to_string(kMaxTensors) +
-                " tensors or " + std::to_string(kMaxScalars) + " scalars");
+                " tensors, " + std::to_string(kMaxScalars) + " scalars or " +
+                std::to_string(kMaxResults) + " results");
 }
 
 void KernelImpl::check(const KernelCall& call) const {
@@ -97,6 +113,17 @@ void KernelImpl::check(const KernelCall& call) const {
   if (!on_device() && call.device)
     throw Error("kernel \"" + name_ + "\" runs on the CPU: its call needs host pointers, not CUDA "
                 "device pointers (KernelCall::device = true)");
+  if (!signature_.results.empty() && !call.results)
+    throw Error("kernel \"" + name_ + "\" has " + std::to_string(signature_.results.size()) +
+                " results (first \"" + signature_.results[0].name +
+                "\"): the call needs KernelCall::results");
+  if (signature_.per_row && (call.cols <= 0 || call.cols > INT32_MAX || call.n % call.cols != 0))
+    throw Error("kernel \"" + name_ + "\" reduces per row: KernelCall::cols must be in [1, 2^31) " +
+                "and divide n = " + std::to_string(call.n) + ", got cols = " +
+                std::to_string(call.cols));
+  if (signature_.reduces && call.n > kMaxSlice)
+    throw Error("kernel \"" + name_ + "\" reduces whole tensors: one call covers at most 2^30 " +
+                "elements, got n = " + std::to_string(call.n));
   if (call.n == 0) return;
   for (size_t i = 0; i < call.inputs.size(); ++i)
     if (!call.inputs[i])
@@ -132,38 +159,60 @@ int64_t KernelImpl::chunk_for(int64_t n) const {
 
 void KernelImpl::run(const KernelCall& call) const {
   check(call);
-  if (call.n == 0) return;
+  if (call.n == 0 && signature_.results.empty()) return;
   ScalarValue scalars[kMaxScalars];
   for (size_t i = 0; i < signature_.scalars.size(); ++i)
     jit::encode_scalar(call.scalars[i], signature_.scalars[i].dtype, &scalars[i]);
-  for (int64_t offset = 0; offset < call.n; offset += kMaxSlice)
-    run_slice(call, scalars, offset, std::min(kMaxSlice, call.n - offset));
+  if (call.n == 0) {
+    KernelCall empty = call;
+    for (void*& p : empty.inputs) p = empty_tensor;
+    for (void*& p : empty.outputs) p = empty_tensor;
+    empty.cols = 1;
+    return run_slice(empty, scalars, 0, 1, /*empty=*/true);
+  }
+  // Per-row kernels slice on whole rows (rows are independent); reducing kernels are one slice.
+  int64_t step = signature_.per_row ? std::max<int64_t>(1, kMaxSlice / call.cols) * call.cols
+                                    : kMaxSlice;
+  for (int64_t offset = 0; offset < call.n; offset += step)
+    run_slice(call, scalars, offset, std::min(step, call.n - offset));
 }
 
-// argv layout (lower.h): [user_context, inputs..., scalars..., chunk, outputs...]; buffers by
-// pointer, every other argument by the address of its value. The same for CUDA kernels (which
-// ignore chunk); their buffers carry device pointers instead of host ones.
+// argv layout (lower.h): [user_context, inputs..., scalars..., chunk, (cols,) outputs...,
+// results...]; buffers by pointer, every other argument by the address of its value. The same
+// for CUDA kernels (which ignore chunk); their buffers carry device pointers instead of host ones.
+// Per-row kernels see every tensor as 2-D: [cols, rows] in Halide's order (x innermost).
 void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, int64_t offset,
-                           int64_t n) const {
-  halide_dimension_t dim(0, static_cast<int32_t>(n), 1);
-  halide_buffer_t buffers[2 * kMaxTensors];
-  void* args[2 + 2 * kMaxTensors + kMaxScalars];
-  int32_t chunk = static_cast<int32_t>(chunk_for(n));
+                           int64_t n, bool empty) const {
+  const bool rows = signature_.per_row;
+  const int64_t cols = rows ? call.cols : n;
+  halide_dimension_t dims[2] = {halide_dimension_t(0, static_cast<int32_t>(rows ? cols : n), 1),
+                                halide_dimension_t(0, static_cast<int32_t>(rows ? n / cols : 1),
+                                                   static_cast<int32_t>(cols))};
+  const int dimensions = rows ? 2 : 1;
+  halide_buffer_t buffers[2 * kMaxTensors + kMaxResults];
+  void* args[3 + 2 * kMaxTensors + kMaxScalars + kMaxResults];
+  int32_t chunk = empty ? 0 : static_cast<int32_t>(chunk_for(n));
+  int32_t cols32 = static_cast<int32_t>(cols);
   size_t b = 0, a = 1;
   for (size_t i = 0; i < signature_.inputs.size(); ++i) {
-    buffers[b] = call_buffer(call.inputs[i], offset, signature_.inputs[i].dtype, &dim,
-                             device_interface_);
+    buffers[b] = call_buffer(call.inputs[i], offset, signature_.inputs[i].dtype, dims,
+                             device_interface_, dimensions);
     args[a++] = &buffers[b++];
   }
   for (size_t i = 0; i < signature_.scalars.size(); ++i)
     args[a++] = const_cast<ScalarValue*>(&scalars[i]);
   args[a++] = &chunk;
+  if (rows) args[a++] = &cols32;
   for (size_t i = 0; i < signature_.outputs.size(); ++i) {
-    buffers[b] = call_buffer(call.outputs[i], offset, signature_.outputs[i].dtype, &dim,
-                             device_interface_);
+    buffers[b] = call_buffer(call.outputs[i], offset, signature_.outputs[i].dtype, dims,
+                             device_interface_, dimensions);
     args[a++] = &buffers[b++];
   }
-  jit::Session::call(fn_, args, name_);
+  for (size_t i = 0; i < signature_.results.size(); ++i) {
+    buffers[b] = result_buffer(call.results + i);
+    args[a++] = &buffers[b++];
+  }
+  jit::Session::call(fn_, args, name_, {cuda_context_, call.cuda_stream});
 }
 
 }  // namespace optfuse::engine_detail

@@ -12,13 +12,15 @@ namespace optfuse::engine_detail {
 class KernelImpl final : public Kernel {
  public:
   // Largest tensor or scalar count a kernel may have: call arguments live on the stack.
-  static constexpr size_t kMaxTensors = 64, kMaxScalars = 64;
+  static constexpr size_t kMaxTensors = 64, kMaxScalars = 64, kMaxResults = 64;
 
   // Throws Error if the signature exceeds kMaxTensors / kMaxScalars. `device_interface`: the CUDA
-  // device interface for kernels of CUDA targets (calls then take device pointers), else null.
+  // device interface for kernels of CUDA targets (calls then take device pointers), else null;
+  // `cuda_context`: the CUcontext they run in (EngineOptions::cuda_context, resolved).
   KernelImpl(KernelSignature signature, std::string key, std::string name, Schedule resolved,
              std::shared_ptr<jit::Session> session, jit::ArgvFn fn,
-             const halide_device_interface_t* device_interface = nullptr);
+             const halide_device_interface_t* device_interface = nullptr,
+             void* cuda_context = nullptr);
 
   const KernelSignature& signature() const override { return signature_; }
   const std::string& key() const override { return key_; }
@@ -44,8 +46,9 @@ class KernelImpl final : public Kernel {
   };
 
   void check(const KernelCall& call) const;
-  void run_slice(const KernelCall& call, const ScalarValue* scalars, int64_t offset,
-                 int64_t n) const;
+  // `empty`: a call with n == 0 that has results to compute (see empty_tensor in the .cpp).
+  void run_slice(const KernelCall& call, const ScalarValue* scalars, int64_t offset, int64_t n,
+                 bool empty = false) const;
 
   KernelSignature signature_;
   std::string key_, name_;
@@ -53,6 +56,7 @@ class KernelImpl final : public Kernel {
   std::shared_ptr<jit::Session> session_;
   jit::ArgvFn fn_;
   const halide_device_interface_t* device_interface_;
+  void* cuda_context_;
 };
 
 }  // namespace optfuse::engine_detail

@@ -44,6 +44,10 @@ int KernelSignature::scalar_index(const std::string& name) const {
   return index_of(scalars, name, &ScalarArg::name);
 }
 
+int KernelSignature::result_index(const std::string& name) const {
+  return index_of(results, name, &ResultArg::name);
+}
+
 std::string signature_text(const KernelSignature& s) {
   std::string t;
   for (const auto& in : s.inputs)
@@ -52,6 +56,11 @@ std::string signature_text(const KernelSignature& s) {
   for (const auto& sc : s.scalars) t += "scalar " + sc.name + " " + std::string(dtype_name(sc.dtype)) + "\n";
   for (const auto& out : s.outputs)
     t += "out " + out.replaces + " " + std::string(dtype_name(out.dtype)) + "\n";
+  // Only graphs with results or row reductions add lines: older texts stay valid.
+  for (const auto& r : s.results)
+    t += "result " + r.name + " " + std::string(dtype_name(r.dtype)) + "\n";
+  if (s.per_row) t += "per_row\n";
+  if (s.reduces) t += "reduces\n";
   return t;
 }
 

@@ -46,6 +46,7 @@ class Simplifier {
       to_out.push_back(simplify(std::move(n)));
     }
     for (const Output& o : in.outputs()) out_.output(o.replaces, out_.value(to_out[o.value]));
+    for (const Result& r : in.results()) out_.result(r.name, out_.value(to_out[r.value]));
   }
 
   const Graph& graph() const { return out_; }
@@ -169,7 +170,8 @@ std::vector<NodeId> leaves_sorted(const Graph& g, Op op, Key key) {
 
 // Copies `g` in canonical order: inputs by (role, name), scalars by name (both kept even when
 // unused: they are the kernel's signature), then operations in post-order from the outputs sorted
-// by the name they replace. Nodes no output reaches are dropped.
+// by the name they replace, then from the results sorted by name. Nodes no output or result
+// reaches are dropped.
 Graph renumber(const Graph& g) {
   Graph out(g.name());
   std::vector<NodeId> to_out(g.nodes().size(), -1);
@@ -194,6 +196,13 @@ Graph renumber(const Graph& g) {
   for (const Output& o : outputs) {
     post_order(g, o.value, done, copy);
     out.output(o.replaces, out.value(to_out[o.value]));
+  }
+  std::vector<Result> results = g.results();
+  std::sort(results.begin(), results.end(),
+            [](const Result& a, const Result& b) { return a.name < b.name; });
+  for (const Result& r : results) {
+    post_order(g, r.value, done, copy);
+    out.result(r.name, out.value(to_out[r.value]));
   }
   return out;
 }

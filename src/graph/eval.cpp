@@ -102,14 +102,41 @@ double eval_op(Op op, DType t, const double* a) {
       return a[0] != a[1];
     case Op::Select:
       return a[0] != 0 ? a[1] : a[2];
+    case Op::IsFinite:
+      return std::isfinite(a[0]) ? 1.0 : 0.0;
     case Op::Cast:
       return round_to_dtype(a[0], t);
+    // Reductions are not element-wise: interpret.cpp evaluates them (reduce()).
+    case Op::ReduceSum:
+    case Op::ReduceMean:
+    case Op::ReduceMax:
+    case Op::ReduceMin:
+    case Op::RowSum:
+    case Op::RowMean:
+    case Op::RowMax:
+    case Op::RowMin:
     case Op::Input:
     case Op::Scalar:
     case Op::Const:
       break;
   }
-  internal_error("eval_op: " + std::string(op_name(op)) + " is not an operation");
+  internal_error("eval_op: " + std::string(op_name(op)) + " is not an element-wise operation");
+}
+
+double reduce(Op op, const double* v, size_t count) {
+  bool is_max = op == Op::ReduceMax || op == Op::RowMax;
+  bool is_min = op == Op::ReduceMin || op == Op::RowMin;
+  double acc = is_max ? -HUGE_VAL : is_min ? HUGE_VAL : 0.0;
+  for (size_t i = 0; i < count; ++i) {
+    if (is_max || is_min) {
+      const double args[2] = {acc, v[i]};
+      acc = eval_op(is_max ? Op::Max : Op::Min, DType::F64, args);  // NaN-propagating
+    } else {
+      acc += v[i];
+    }
+  }
+  if (op == Op::ReduceMean || op == Op::RowMean) acc /= static_cast<double>(count);
+  return acc;
 }
 
 }  // namespace optfuse::graph_detail

@@ -1,6 +1,8 @@
 #pragma once
 // Scalar semantics of ops in double precision, shared by constant folding (canonicalize) and the
 // reference interpreter so that the two can never disagree.
+#include <cstddef>
+
 #include "optfuse/graph.h"
 
 namespace optfuse::graph_detail {
@@ -13,5 +15,9 @@ double round_to_dtype(double x, DType t);
 // Evaluates one non-leaf op of result dtype `t` on `args` (op_arity(op) values). Arithmetic is in
 // double, unrounded; comparisons give 1.0/0.0; select tests cond != 0; cast rounds to `t`.
 double eval_op(Op op, DType t, const double* args);
+
+// Reduces `count` values with reduction op `op` (reduce_* or row_*) in double, unrounded: the
+// sum, the mean, or the NaN-propagating max / min (-inf / +inf for no values).
+double reduce(Op op, const double* values, size_t count);
 
 }  // namespace optfuse::graph_detail

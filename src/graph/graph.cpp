@@ -61,6 +61,8 @@ void check_types(const Graph& g, const Node& n) {
     return require_result(operand(1));
   }
   if (op_has(n.op, kBinary)) require_same(0, 1);
+  if (n.op == Op::IsFinite && !is_float(operand(0)))
+    fail("operand 1 has dtype " + dt_str(operand(0)) + "; is_finite needs a float dtype");
   if (op_has(n.op, kCompare)) return require_result(DType::Bool);
   if (!is_float(operand(0)))
     fail("operand 1 has dtype " + dt_str(operand(0)) + "; " + op_str(n.op) +
@@ -78,6 +80,9 @@ void check_structure(const Graph& g, const Node& n) {
       throw Error(op + ": operand " + std::to_string(i + 1) + " refers to %" +
                   std::to_string(n.args[i]) + ", which does not exist");
   }
+  if (op_has(n.op, kReduce | kRowReduce) && !g.node(n.args[0]).is_tensor)
+    throw Error(op + ": operand 1 (%" + std::to_string(n.args[0]) +
+                ") is uniform, the same for every element; only per-element values are reduced");
   if (n.op == Op::Input || n.op == Op::Scalar) {
     const std::string leaf = n.op == Op::Input ? std::string(role_name(n.role)) : op;
     if (n.name.empty()) throw Error(leaf + ": the name must not be empty");
@@ -137,6 +142,7 @@ NodeId Graph::add_node(Node n) {
   if (auto it = intern_.find(key); it != intern_.end()) return it->second;
   n.is_tensor = n.op == Op::Input;
   for (NodeId a : n.args) n.is_tensor = n.is_tensor || node(a).is_tensor;
+  if (op_has(n.op, kReduce)) n.is_tensor = false;  // one value for the whole tensor
   auto id = static_cast<NodeId>(nodes_.size());
   nodes_.push_back(std::move(n));
   intern_.emplace(std::move(key), id);
@@ -199,6 +205,32 @@ void Graph::output(const std::string& replaces, Value v) {
   outputs_.push_back({replaces, v.id()});
 }
 
+void Graph::result(const std::string& name, Value v) {
+  const std::string what = "result " + quoted(name) + ": ";
+  if (v.graph() != this)
+    throw Error(what + (v.valid() ? "the value belongs to another graph" : "not a built value"));
+  if (v.id() < 0 || static_cast<size_t>(v.id()) >= nodes_.size())
+    throw Error(what + "%" + std::to_string(v.id()) + " does not exist");
+  if (name.empty()) throw Error(what + "the name must not be empty");
+  if (v.node().is_tensor)
+    throw Error(what + "the value is per-element; reduce it first (reduce_sum, reduce_max, ...)");
+  for (const Result& r : results_)
+    if (r.name == name) throw Error(what + "a result with that name is already declared");
+  results_.push_back({name, v.id()});
+}
+
+bool uses_rows(const Graph& g) {
+  for (const Node& n : g.nodes())
+    if (op_has(n.op, kRowReduce)) return true;
+  return false;
+}
+
+bool has_reductions(const Graph& g) {
+  for (const Node& n : g.nodes())
+    if (op_has(n.op, kReduce | kRowReduce)) return true;
+  return false;
+}
+
 NodeId Graph::find_input(const std::string& name) const {
   for (size_t i = 0; i < nodes_.size(); ++i)
     if (nodes_[i].op == Op::Input && nodes_[i].name == name) return static_cast<NodeId>(i);
@@ -242,5 +274,26 @@ Value select(Value cond, Value if_true, Value if_false) {
   return build(Op::Select, {cond, if_true, if_false});
 }
 Value cast(Value a, DType to) { return build(Op::Cast, {a}, to); }
+Value is_finite(Value a) { return build(Op::IsFinite, {a}); }
+
+Value reduce_sum(Value a) { return build(Op::ReduceSum, {a}); }
+Value reduce_mean(Value a) { return build(Op::ReduceMean, {a}); }
+Value reduce_max(Value a) { return build(Op::ReduceMax, {a}); }
+Value reduce_min(Value a) { return build(Op::ReduceMin, {a}); }
+Value row_sum(Value a) { return build(Op::RowSum, {a}); }
+Value row_mean(Value a) { return build(Op::RowMean, {a}); }
+Value row_max(Value a) { return build(Op::RowMax, {a}); }
+Value row_min(Value a) { return build(Op::RowMin, {a}); }
+
+Value sum_squares(Value a) { return reduce_sum(a * a); }
+Value max_abs(Value a) { return reduce_max(abs(a)); }
+Value any_nonfinite(Value a) {
+  if (!a.valid()) throw Error("any_nonfinite: operand 1 is not a built value");
+  Graph* g = a.graph();
+  DType t = a.node().dtype;
+  // max(.., 0): an empty tensor has no non-finite element (its reduce_max is -inf).
+  Value zero = g->constant(0, t);
+  return max(reduce_max(select(is_finite(a), zero, g->constant(1, t))), zero);
+}
 
 }  // namespace optfuse

@@ -1,5 +1,6 @@
 // The reference interpreter: every node evaluated element-wise in double (see eval.h); only
 // leaves (as stored) and casts are rounded to a narrower dtype.
+#include <algorithm>
 #include <string>
 
 #include "graph/eval.h"
@@ -71,37 +72,71 @@ Values evaluate(const Node& node, const std::vector<Values>& computed, size_t n)
   return out;
 }
 
+// A reduction's operand is per-element (Graph checks it); its value has n elements unless n == 1.
+Values reduce(const Node& node, const Values& operand, size_t n, int64_t cols) {
+  Values v = operand.size() == n ? operand : Values(n, operand[0]);
+  if (op_has(node.op, kReduce))
+    return {graph_detail::round_to_dtype(graph_detail::reduce(node.op, v.data(), n), node.dtype)};
+  if (cols <= 0 || n % static_cast<size_t>(cols) != 0)
+    throw Error("interpret: " + std::string(op_name(node.op)) + " needs a row length (cols) > 0 " +
+                "that divides the element count " + std::to_string(n) + ", got cols = " +
+                std::to_string(cols));
+  size_t c = static_cast<size_t>(cols);
+  Values out(n);
+  for (size_t row = 0; row < n / c; ++row) {
+    double r = graph_detail::reduce(node.op, v.data() + row * c, c);
+    std::fill(out.begin() + row * c, out.begin() + (row + 1) * c,
+              graph_detail::round_to_dtype(r, node.dtype));
+  }
+  return out;
+}
+
+// Every node's values, by node id.
+std::vector<Values> evaluate_all(const Graph& g, const std::map<std::string, Values>& tensors,
+                                 const std::map<std::string, double>& scalars, int64_t cols,
+                                 size_t* count) {
+  check_declared(g, tensors, Op::Input, "tensor input");
+  check_declared(g, scalars, Op::Scalar, "scalar");
+  size_t n = element_count(g, tensors);
+  *count = n;
+  std::vector<Values> computed;
+  for (const Node& node : g.nodes()) {
+    if (node.op == Op::Input)
+      computed.push_back(stored(tensors.at(node.name), node.dtype));
+    else if (node.op == Op::Scalar)
+      computed.push_back(stored({scalar_value(scalars, node.name)}, node.dtype));
+    else if (node.op == Op::Const)
+      computed.push_back({node.value});
+    else if (op_has(node.op, kReduce | kRowReduce))
+      computed.push_back(reduce(node, computed[node.args[0]], n, cols));
+    else
+      computed.push_back(evaluate(node, computed, n));
+  }
+  return computed;
+}
+
 }  // namespace
 
 std::map<std::string, std::vector<double>> interpret(
     const Graph& g, const std::map<std::string, std::vector<double>>& tensors,
-    const std::map<std::string, double>& scalars) {
-  check_declared(g, tensors, Op::Input, "tensor input");
-  check_declared(g, scalars, Op::Scalar, "scalar");
-  size_t n = element_count(g, tensors);
-
-  std::vector<Values> computed;
-  for (const Node& node : g.nodes()) {
-    switch (node.op) {
-      case Op::Input:
-        computed.push_back(stored(tensors.at(node.name), node.dtype));
-        break;
-      case Op::Scalar:
-        computed.push_back(stored({scalar_value(scalars, node.name)}, node.dtype));
-        break;
-      case Op::Const:
-        computed.push_back({node.value});
-        break;
-      default:
-        computed.push_back(evaluate(node, computed, n));
-    }
-  }
-
+    const std::map<std::string, double>& scalars, int64_t cols) {
+  size_t n = 0;
+  std::vector<Values> computed = evaluate_all(g, tensors, scalars, cols, &n);
   std::map<std::string, Values> result;
   for (const Output& o : g.outputs()) {
     const Values& v = computed[o.value];
     result[o.replaces] = v.size() == n ? v : Values(n, v[0]);
   }
+  return result;
+}
+
+std::map<std::string, double> interpret_results(
+    const Graph& g, const std::map<std::string, std::vector<double>>& tensors,
+    const std::map<std::string, double>& scalars, int64_t cols) {
+  size_t n = 0;
+  std::vector<Values> computed = evaluate_all(g, tensors, scalars, cols, &n);
+  std::map<std::string, double> result;
+  for (const Result& r : g.results()) result[r.name] = computed[r.value].at(0);
   return result;
 }
 

@@ -166,7 +166,9 @@ class Parser {
  private:
   void statement() {
     if (tok_.kind == Tok::Word && tok_.text == "out") return output();
-    if (tok_.kind != Tok::Ref) fail("expected '%N = ...', 'out \"name\" = %N' or '}'");
+    if (tok_.kind == Tok::Word && tok_.text == "result") return result();
+    if (tok_.kind != Tok::Ref)
+      fail("expected '%N = ...', 'out \"name\" = %N', 'result \"name\" = %N' or '}'");
     Token def = advance();
     if (ids_.count(def.text)) fail_at(def.line, "%" + def.text + " is already defined");
     expect_punct("=");
@@ -179,6 +181,14 @@ class Parser {
     expect_punct("=");
     NodeId value = reference();
     at_line(line, [&] { g_.output(name, g_.value(value)); });
+  }
+
+  void result() {
+    int line = advance().line;
+    std::string name = expect(Tok::String, "the result's name in quotes").text;
+    expect_punct("=");
+    NodeId value = reference();
+    at_line(line, [&] { g_.result(name, g_.value(value)); });
   }
 
   // `op.dtype operands`; returns the node's id.
@@ -311,6 +321,8 @@ std::string print(const Graph& g) {
   }
   for (const Output& o : g.outputs())
     out += "  out " + quote(o.replaces) + " = %" + std::to_string(o.value) + "\n";
+  for (const Result& r : g.results())
+    out += "  result " + quote(r.name) + " = %" + std::to_string(r.value) + "\n";
   return out + "}\n";
 }
 

@@ -2,18 +2,16 @@
 
 #include <string>
 
+#include "jit/cuda_hooks.h"
 #include "optfuse/error.h"
 
 namespace optfuse::jit {
 namespace {
 
-// Where the runtime's error handler puts its text: the call's own buffer, reached through the
-// user context (UserContext is on), so concurrent calls on other threads never mix messages.
-// Runtime errors raised without a context (none are expected) go to a thread-local buffer.
-struct CallContext {
-  std::string error;
-};
+// Runtime errors raised without a call context (none are expected) go to a thread-local buffer.
 thread_local std::string orphan_error;
+
+}  // namespace
 
 void capture_halide_error(void* user_context, const char* message) {
   std::string& sink = user_context ? static_cast<CallContext*>(user_context)->error : orphan_error;
@@ -22,7 +20,14 @@ void capture_halide_error(void* user_context, const char* message) {
   while (!sink.empty() && (sink.back() == '\n' || sink.back() == ' ')) sink.pop_back();
 }
 
+namespace {
+
 using ErrorHandler = void (*)(void*, const char*);
+
+template <typename Handler>
+void install(Jit& jit, const char* setter, Handler handler) {
+  reinterpret_cast<Handler (*)(Handler)>(jit.lookup(setter))(handler);
+}
 
 }  // namespace
 
@@ -43,7 +48,10 @@ std::shared_ptr<Session> Session::create(const std::vector<char>& runtime_object
   std::shared_ptr<Session> session(new Session(std::move(jit), num_threads));
   session->shutdown_thread_pool_ = shutdown;
   if (cuda) {
-    // A plain accessor: it touches no driver state (the context is made at the first call).
+    install(*session->jit_, "halide_set_cuda_acquire_context", &acquire_cuda_context);
+    install(*session->jit_, "halide_set_cuda_release_context", &release_cuda_context);
+    install(*session->jit_, "halide_set_cuda_get_stream", &cuda_stream);
+    // A plain accessor: it touches no driver state (contexts are acquired at calls, above).
     auto interface = reinterpret_cast<const halide_device_interface_t* (*)()>(
         session->jit_->lookup("halide_cuda_device_interface"));
     session->cuda_interface_ = interface();
@@ -66,8 +74,10 @@ void* Session::lookup(const std::string& symbol) {
   return jit_->lookup(symbol);
 }
 
-void Session::call(ArgvFn fn, void** args, const std::string& kernel) {
+void Session::call(ArgvFn fn, void** args, const std::string& kernel,
+                   const CudaPlacement& cuda) {
   CallContext context;
+  context.cuda = cuda;
   void* user_context = &context;
   args[0] = &user_context;  // argv passes every scalar, the user context too, by address
   int rc = fn(args);

@@ -15,6 +15,27 @@ namespace optfuse::jit {
 
 using ArgvFn = int (*)(void** args);
 
+// Where a CUDA kernel call runs. Halide's CUDA runtime asks for a context and a stream through
+// handlers a CUDA session installs (halide_set_cuda_acquire_context / _get_stream); they answer
+// from the call's user context, i.e. from this. Null context: device 0's primary context (see
+// cuda_primary_context; only the runtime's own calls outside a kernel call, e.g. test
+// allocations, have none). Null stream: that context's default stream.
+struct CudaPlacement {
+  void* context = nullptr;  // CUcontext
+  void* stream = nullptr;   // CUstream
+};
+
+// What a kernel call passes as Halide's user context: where the runtime's error handler puts its
+// text (the call's own buffer, so concurrent calls on other threads never mix messages) and
+// where a CUDA kernel runs.
+struct CallContext {
+  std::string error;
+  CudaPlacement cuda;
+};
+
+// The runtime's error handler: appends `message` to the CallContext `user_context` points to.
+void capture_halide_error(void* user_context, const char* message);
+
 class Session {
  public:
   // Loads `runtime_object` (compile_runtime_object()) and sets its thread count and error handler
@@ -35,8 +56,9 @@ class Session {
   void* lookup(const std::string& symbol);
 
   // Calls `fn` with `args` (args[0] is filled in here: the user context). If the kernel fails,
-  // throws Error naming `kernel` with the runtime's message.
-  static void call(ArgvFn fn, void** args, const std::string& kernel);
+  // throws Error naming `kernel` with the runtime's message. `cuda`: where a CUDA kernel runs.
+  static void call(ArgvFn fn, void** args, const std::string& kernel,
+                   const CudaPlacement& cuda = {});
 
   int num_threads() const { return num_threads_; }
   // The loaded runtime's halide_cuda_device_interface(); null unless created with `cuda`.

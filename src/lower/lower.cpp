@@ -6,6 +6,7 @@
 #include <string>
 
 #include "lower/lower_ops.h"
+#include "lower/reduce.h"
 #include "lower/schedule.h"
 #include "optfuse/error.h"
 
@@ -36,24 +37,74 @@ void define(Func& f, const std::vector<Halide::Var>& vars, const std::vector<Exp
     f(vars) = Halide::Tuple(values);
 }
 
+// Per-element code exists in two contexts: the element-wise stage (`out`), which reads tensors
+// through `load` and scalar-only subexpressions from the `uniforms` Func, and the operands of
+// reductions (prologue stages), which read the ImageParams directly and inline uniform
+// expressions (a reduction runs before `uniforms` may be computed: uniforms can depend on it).
+enum Ctx { kMain = 0, kPrologue = 1 };
+
 class PipelineBuilder {
  public:
-  explicit PipelineBuilder(const Graph& g)
-      : g_(g), uexpr_(g.nodes().size()), texpr_(g.nodes().size()) {}
+  explicit PipelineBuilder(const Graph& g) : g_(g), uexpr_(g.nodes().size()) {
+    for (auto& memo : texpr_) memo.resize(g.nodes().size());
+    funcs_.out = Func("out");
+    funcs_.x = Halide::Var("x");
+    funcs_.chunk = chunk_;
+  }
 
   Lowered build(const Schedule& s, const Halide::Target& target) {
-    if (g_.outputs().empty()) throw Error("graph \"" + g_.name() + "\" has no outputs to compute");
+    if (g_.outputs().empty() && g_.results().empty())
+      throw Error("graph \"" + g_.name() + "\" has no outputs or results to compute");
+    check_supported(target);
+    s_ = s;
+    funcs_.per_row = uses_rows(g_);
+    vars_ = {funcs_.x};
+    if (funcs_.per_row) vars_.push_back(funcs_.y);
     make_leaves();
     make_uniforms();
-    std::vector<Expr> outputs;
-    for (const Output& o : sorted_outputs()) outputs.push_back(operand(o.value));
-    define(funcs_.out, {funcs_.x}, outputs);
+    std::vector<Halide::Func> pipeline_outputs;
+    if (!g_.outputs().empty()) {
+      std::vector<Expr> outputs;
+      for (const Output& o : sorted_outputs()) outputs.push_back(operand(o.value, kMain));
+      define(funcs_.out, vars_, outputs);
+      pipeline_outputs.push_back(funcs_.out);
+    }
+    if (!g_.results().empty()) {
+      std::vector<Expr> results;
+      for (const Result& r : sorted_results())
+        results.push_back(Halide::cast(Halide::Float(64), uniform(r.value)));
+      funcs_.results = Func("results");
+      define(funcs_.results, {}, results);
+      pipeline_outputs.push_back(funcs_.results);
+    }
     funcs_.inputs = inputs_;
     apply_schedule(funcs_, s, target);
-    return Lowered{Halide::Pipeline(funcs_.out), arguments()};
+    return Lowered{Halide::Pipeline(pipeline_outputs), arguments()};
   }
 
  private:
+  // Reductions and results are CPU-only so far; mixing whole-tensor and per-row reductions in
+  // one graph is not supported yet (the partitioner cuts such graphs into two kernels).
+  void check_supported(const Halide::Target& target) const {
+    const Node* whole = nullptr;
+    const Node* row = nullptr;
+    for (const Node& n : g_.nodes()) {
+      if (op_has(n.op, kReduce) && !whole) whole = &n;
+      if (op_has(n.op, kRowReduce) && !row) row = &n;
+    }
+    const std::string graph = "graph \"" + g_.name() + "\": ";
+    if (target.has_gpu_feature() && (whole || row || !g_.results().empty()))
+      throw Error(graph + (whole || row ? std::string(op_name((whole ? whole : row)->op))
+                                        : std::string("results")) +
+                  ": reductions and results are not yet supported on GPU targets (" +
+                  target.to_string() + "); use a CPU target");
+    if (whole && row)
+      throw Error(graph + std::string(op_name(whole->op)) + " and " +
+                  std::string(op_name(row->op)) +
+                  ": whole-tensor and per-row reductions in one kernel are not supported yet; "
+                  "split the graph (the partitioner does)");
+  }
+
   std::vector<Output> sorted_outputs() const {
     std::vector<Output> outs = g_.outputs();
     std::stable_sort(outs.begin(), outs.end(),
@@ -61,15 +112,24 @@ class PipelineBuilder {
     return outs;
   }
 
-  // ImageParams, Params and the load Func; tensor inputs read through load(x) only.
+  std::vector<Result> sorted_results() const {
+    std::vector<Result> rs = g_.results();
+    std::stable_sort(rs.begin(), rs.end(),
+                     [](const Result& a, const Result& b) { return a.name < b.name; });
+    return rs;
+  }
+
+  // ImageParams, Params and (when there are outputs) the load Func; the element-wise stage reads
+  // tensor inputs through load only.
   void make_leaves() {
+    const int dims = static_cast<int>(vars_.size());
     std::vector<Expr> loads;
     for (size_t id = 0; id < g_.nodes().size(); ++id) {
       const Node& n = g_.nodes()[id];
       if (n.op == Op::Input) {
-        inputs_.emplace_back(halide_type(n.dtype), 1, identifier("in", inputs_.size(), n.name));
+        inputs_.emplace_back(halide_type(n.dtype), dims, identifier("in", inputs_.size(), n.name));
         input_slot_.push_back({static_cast<NodeId>(id), static_cast<int>(loads.size())});
-        loads.push_back(inputs_.back()(funcs_.x));
+        loads.push_back(inputs_.back()(vars_));
       } else if (n.op == Op::Scalar) {
         scalars_.emplace_back(halide_type(n.dtype), identifier("s", scalars_.size(), n.name));
         uexpr_[id] = scalars_.back();
@@ -77,25 +137,47 @@ class PipelineBuilder {
         uexpr_[id] = constant(n.value, n.dtype);
       }
     }
-    if (loads.empty()) return;
+    if (loads.empty() || g_.outputs().empty()) return;
     funcs_.load = Func("load");
-    define(funcs_.load, {funcs_.x}, loads);
+    define(funcs_.load, vars_, loads);
     for (auto [id, slot] : input_slot_)
-      texpr_[id] = element(funcs_.load(funcs_.x), slot, loads.size());
+      texpr_[kMain][id] = element(funcs_.load(vars_), slot, loads.size());
   }
 
-  // Every maximal scalar-only subexpression that per-element code uses (an operand of a tensor
-  // node, or an output) becomes one element of the 0-D uniforms Func, computed once per call.
+  // The nodes the element-wise stage computes per element: everything the outputs reach, except
+  // what only feeds reductions (their operands are computed by the prologue stages).
+  std::vector<bool> main_nodes() const {
+    std::vector<bool> in_main(g_.nodes().size(), false);
+    std::vector<NodeId> stack;
+    for (const Output& o : g_.outputs()) stack.push_back(o.value);
+    while (!stack.empty()) {
+      NodeId id = stack.back();
+      stack.pop_back();
+      if (in_main[id]) continue;
+      in_main[id] = true;
+      const Node& n = g_.node(id);
+      if (op_has(n.op, kReduce | kRowReduce)) continue;
+      for (NodeId a : n.args) stack.push_back(a);
+    }
+    return in_main;
+  }
+
+  // Every maximal scalar-only subexpression that the element-wise stage uses (an operand of a
+  // per-element node, or an output) becomes one element of the 0-D uniforms Func, computed once
+  // per call.
   void make_uniforms() {
+    std::vector<bool> in_main = main_nodes();
     auto wants_slot = [&](NodeId id) {
       const Node& n = g_.node(id);
       return !n.is_tensor && !op_has(n.op, kLeaf) &&
              std::find(uniform_ids_.begin(), uniform_ids_.end(), id) == uniform_ids_.end();
     };
-    for (const Node& n : g_.nodes())
-      if (n.is_tensor)
+    for (size_t id = 0; id < g_.nodes().size(); ++id) {
+      const Node& n = g_.nodes()[id];
+      if (n.is_tensor && in_main[id] && !op_has(n.op, kRowReduce))
         for (NodeId a : n.args)
           if (wants_slot(a)) uniform_ids_.push_back(a);
+    }
     for (const Output& o : g_.outputs())
       if (wants_slot(o.value)) uniform_ids_.push_back(o.value);
     if (uniform_ids_.empty()) return;
@@ -105,50 +187,91 @@ class PipelineBuilder {
     define(funcs_.uniforms, {}, values);
   }
 
-  // A uniform node in terms of Params and constants (exact precision: it runs once per call).
+  // A uniform node in terms of Params, constants and reduction totals (exact precision: it runs
+  // once per call).
   Expr uniform(NodeId id) {
     if (uexpr_[id].defined()) return uexpr_[id];
     const Node& n = g_.node(id);
+    if (op_has(n.op, kReduce)) return uexpr_[id] = whole_reduction(id);
     std::vector<Expr> args;
     for (NodeId a : n.args) args.push_back(uniform(a));
     return uexpr_[id] = lower_op(n.op, n.dtype, args, Precision::Exact);
   }
 
-  // A value as per-element code sees it: tensor nodes computed per element, leaves directly,
-  // other uniform nodes read from the uniforms Func.
-  Expr operand(NodeId id) {
+  // A value as per-element code in context `ctx` sees it.
+  Expr operand(NodeId id, Ctx ctx) {
     const Node& n = g_.node(id);
-    if (n.is_tensor) return tensor(id);
-    if (op_has(n.op, kLeaf)) return uniform(id);
+    if (n.is_tensor) return tensor(id, ctx);
+    if (op_has(n.op, kLeaf) || ctx == kPrologue) return uniform(id);
     auto it = std::find(uniform_ids_.begin(), uniform_ids_.end(), id);
     if (it == uniform_ids_.end()) internal_error("lower: uniform node without a slot");
     return element(funcs_.uniforms(), static_cast<int>(it - uniform_ids_.begin()),
                    uniform_ids_.size());
   }
 
-  Expr tensor(NodeId id) {
-    if (texpr_[id].defined()) return texpr_[id];
+  Expr tensor(NodeId id, Ctx ctx) {
+    Expr& memo = texpr_[ctx][id];
+    if (memo.defined()) return memo;
     const Node& n = g_.node(id);
+    if (n.op == Op::Input) {  // only the prologue gets here: make_leaves memoized kMain's loads
+      for (size_t i = 0; i < input_slot_.size(); ++i)
+        if (input_slot_[i].first == id) return memo = inputs_[i](vars_);
+      internal_error("lower: input node without an ImageParam");
+    }
+    if (op_has(n.op, kRowReduce)) return memo = row_reduction(id);
     std::vector<Expr> args;
-    for (NodeId a : n.args) args.push_back(operand(a));
-    return texpr_[id] = lower_op(n.op, n.dtype, args, Precision::Fast);
+    for (NodeId a : n.args) args.push_back(operand(a, ctx));
+    return memo = lower_op(n.op, n.dtype, args, Precision::Fast);
+  }
+
+  // The operand of reduction node `id` as an f64 Func over the pipeline's vars.
+  Func reduction_operand(NodeId id, const std::string& name) {
+    Func value(name + "_in");
+    value(vars_) = Halide::cast(Halide::Float(64), tensor(g_.node(id).args[0], kPrologue));
+    return value;
+  }
+
+  Expr whole_reduction(NodeId id) {
+    const Node& n = g_.node(id);
+    const std::string name = "red" + std::to_string(funcs_.whole.size());
+    // Every tensor has the same extent (Kernel::run builds them so); a reduced value is per
+    // element, so the graph has at least one tensor input. chunk == 0: an empty call (lower.h).
+    Expr count = Halide::select(chunk_ > 0, inputs_.at(0).dim(0).extent(), 0);
+    funcs_.whole.push_back(
+        reduce_whole(n.op, reduction_operand(id, name), count, chunk_, s_.vector_width, name));
+    Expr v = finish(n.op, funcs_.whole.back().total(), count);
+    return Halide::cast(halide_type(n.dtype), v);
+  }
+
+  Expr row_reduction(NodeId id) {
+    const Node& n = g_.node(id);
+    const std::string name = "row" + std::to_string(funcs_.rows.size());
+    funcs_.rows.push_back(
+        reduce_rows(n.op, reduction_operand(id, name), cols_, s_.vector_width, name));
+    Expr v = finish(n.op, funcs_.rows.back().row(funcs_.y), cols_);
+    return Halide::cast(halide_type(n.dtype), v);
   }
 
   std::vector<Halide::Argument> arguments() const {
     std::vector<Halide::Argument> args(inputs_.begin(), inputs_.end());
     args.insert(args.end(), scalars_.begin(), scalars_.end());
     args.push_back(chunk_);
+    if (funcs_.per_row) args.push_back(cols_);
     return args;
   }
 
   const Graph& g_;
-  std::vector<Expr> uexpr_, texpr_;  // memo by node id
+  Schedule s_;
+  std::vector<Halide::Var> vars_;  // x, or x, y for per-row graphs
+  std::vector<Expr> uexpr_;        // memo by node id
+  std::vector<Expr> texpr_[2];     // memo by context, node id
   std::vector<Halide::ImageParam> inputs_;
-  std::vector<std::pair<NodeId, int>> input_slot_;
+  std::vector<std::pair<NodeId, int>> input_slot_;  // i: inputs_[i]'s node and its load slot
   std::vector<Halide::Param<>> scalars_;
   std::vector<NodeId> uniform_ids_;  // uniforms Func element i computes node uniform_ids_[i]
   Halide::Param<int32_t> chunk_{"chunk"};
-  PipelineFuncs funcs_{Func("out"), Func(), Func(), Halide::Var("x"), chunk_, {}};
+  Halide::Param<int32_t> cols_{"cols"};
+  PipelineFuncs funcs_;
 };
 
 }  // namespace

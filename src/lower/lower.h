@@ -13,10 +13,19 @@
 //     stored, so in-place updates (output buffer == input buffer) never read a stored value;
 //   * `out(x)`: ONE Func returning a Tuple of all outputs, in canonical output order (sorted by
 //     the input they replace): p', m', v' come out of one loop.
+//   * reductions (reduce.h): prologue stages computed before `out`; whole-tensor ones are root
+//     Funcs read through `uniforms`, per-row ones are computed per row inside `out`'s row loop;
+//   * `results()`: a 0-D Func whose Tuple holds the graph's results as f64, sorted by name (a
+//     second pipeline output; a graph with results only has no `out`).
+// Graphs with per-row reductions are 2-D: every tensor is [cols, rows] (x along a row) and
+// `out(x, y)`; the others are 1-D.
 // Halide argument order (the `_argv` entry point): [user_context, inputs..., scalars..., chunk,
-// outputs...]. Halide always appends output buffers after the explicit arguments; `chunk` is the
-// runtime task size in elements (a multiple of the vector width), computed per call. `chunk` is
-// CPU-only, but GPU kernels take it too (and ignore it), so every target has the same argv layout.
+// (cols,) outputs..., results...]. Halide always appends output buffers after the explicit
+// arguments; `chunk` is the runtime task size in elements (a multiple of the vector width),
+// computed per call; chunk == 0 marks an empty call that only computes results (its tensors are
+// one-element stand-ins, and reductions see zero elements). `cols` (int32) exists only for
+// per-row graphs. `chunk` is CPU-only, but GPU kernels take it too (and ignore it), so every
+// target has the same argv layout.
 #include <Halide.h>
 
 #include <vector>

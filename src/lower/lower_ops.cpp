@@ -38,12 +38,6 @@ Expr is_pos_inf_f32(const Expr& x) {
   return bits_of(x) == Halide::Internal::make_const(Halide::UInt(32), 0x7f800000u);
 }
 
-// min/max that propagate NaN (torch.minimum semantics, and the interpreter's): x86 min/max
-// instructions return the second operand when either is NaN.
-Expr min_max(bool is_min, const Expr& a, const Expr& b) {
-  Expr m = is_min ? Halide::min(a, b) : Halide::max(a, b);
-  return Halide::select(is_nan_bits(a) || is_nan_bits(b), a + b, m);
-}
 
 // sign(x): 1, -1, or x itself for zeros and NaN.
 Expr sign_of(const Expr& x) {
@@ -65,9 +59,9 @@ Expr lower_f32_or_wider(Op op, const std::vector<Expr>& a, Precision p) {
     case Op::Div:
       return a[0] / a[1];  // exact: see Sqrt
     case Op::Min:
-      return min_max(true, a[0], a[1]);
+      return nan_min_max(true, a[0], a[1]);
     case Op::Max:
-      return min_max(false, a[0], a[1]);
+      return nan_min_max(false, a[0], a[1]);
     case Op::Pow:
       return Halide::pow(a[0], a[1]);
     case Op::Neg:
@@ -103,8 +97,26 @@ Expr lower_f32_or_wider(Op op, const std::vector<Expr>& a, Precision p) {
       return a[0] != a[1];
     case Op::Select:
       return Halide::select(a[0], a[1], a[2]);
+    case Op::IsFinite: {
+      // Exponent bits not all ones: integer compares, which fast-math cannot fold away.
+      int b = a[0].type().bits();
+      uint64_t sign = uint64_t(1) << (b - 1);
+      uint64_t inf = b == 64 ? 0x7ff0000000000000ull : 0x7f800000ull;
+      Halide::Type u = Halide::UInt(b);
+      return (bits_of(a[0]) & Halide::Internal::make_const(u, ~sign)) <
+             Halide::Internal::make_const(u, inf);
+    }
     case Op::Cast:
       return a[0];  // the caller converts to the result dtype
+    // Reductions are stages of their own (reduce.cpp), never per-element expressions.
+    case Op::ReduceSum:
+    case Op::ReduceMean:
+    case Op::ReduceMax:
+    case Op::ReduceMin:
+    case Op::RowSum:
+    case Op::RowMean:
+    case Op::RowMax:
+    case Op::RowMin:
     case Op::Input:
     case Op::Scalar:
     case Op::Const:
@@ -114,6 +126,12 @@ Expr lower_f32_or_wider(Op op, const std::vector<Expr>& a, Precision p) {
 }
 
 }  // namespace
+
+// x86 min/max instructions return the second operand when either is NaN; a + b is NaN then.
+Expr nan_min_max(bool is_min, const Expr& a, const Expr& b) {
+  Expr m = is_min ? Halide::min(a, b) : Halide::max(a, b);
+  return Halide::select(is_nan_bits(a) || is_nan_bits(b), a + b, m);
+}
 
 Expr constant(double v, DType t) {
   if (t == DType::Bool) return Halide::Internal::make_bool(v != 0);

@@ -17,6 +17,10 @@ enum class Precision { Exact, Fast };
 // has more than 2p+2 significand bits for both f16 and bf16).
 Halide::Expr lower_op(Op op, DType t, const std::vector<Halide::Expr>& args, Precision p);
 
+// min / max that propagate NaN (torch.minimum semantics, and the interpreter's), for any float
+// type.
+Halide::Expr nan_min_max(bool is_min, const Halide::Expr& a, const Halide::Expr& b);
+
 // A constant of dtype `t` (the graph already rounded `v` to `t`).
 Halide::Expr constant(double v, DType t);
 

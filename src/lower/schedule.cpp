@@ -15,6 +15,14 @@ void apply_schedule(PipelineFuncs& f, const Schedule& s, const Halide::Target& t
 }
 
 void apply_cpu_schedule(PipelineFuncs& f, const Schedule& s) {
+  for (WholeReduction& r : f.whole) schedule_whole(r, s.vector_width);
+  if (f.per_row) return apply_cpu_row_schedule(f, s);
+  if (f.out.defined()) apply_cpu_flat_schedule(f, s);
+  // Scalar-only subexpressions: once per call, outside the parallel loop.
+  if (f.uniforms.defined()) f.uniforms.compute_root();
+}
+
+void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   using Halide::TailStrategy;
   Halide::Var xvo("xvo"), xv("xv"), xo("xo"), xi("xi");
   // Vectors first, then chunks of whole vectors: only the last vector of the array is ragged, so
@@ -41,7 +49,28 @@ void apply_cpu_schedule(PipelineFuncs& f, const Schedule& s) {
   // All inputs of a vector are loaded before any output of it is stored: in place is safe by
   // construction rather than by LLVM's alias analysis.
   if (f.load.defined()) f.load.compute_at(f.out, xv);
-  // Scalar-only subexpressions: once per call, outside the parallel loop.
+}
+
+void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
+  using Halide::TailStrategy;
+  if (!f.out.defined()) internal_error("lower: a per-row graph without outputs");
+  Halide::Var xvo("xvo"), xv("xv"), yo("yo"), yi("yi");
+  // Tasks of whole rows, about `chunk` elements each; in a row, the row reductions first (lanes
+  // of vectors), then the update over the row (vectors, one predicated ragged vector per row).
+  // Rows that fit L2 are read from cache by the update: about one pass over memory.
+  Halide::Expr cols = f.out.output_buffers()[0].dim(0).extent();
+  Halide::Expr rows = f.out.output_buffers()[0].dim(1).extent();
+  Halide::Expr rows_per_task = Halide::max(f.chunk / cols, 1);
+  f.out.specialize(rows <= rows_per_task)
+      .split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
+      .vectorize(xv)
+      .split(f.y, yo, yi, rows_per_task, TailStrategy::GuardWithIf);
+  f.out.split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
+      .vectorize(xv)
+      .split(f.y, yo, yi, rows_per_task, TailStrategy::GuardWithIf)
+      .parallel(yo);
+  for (RowReduction& r : f.rows) schedule_rows(r, Halide::LoopLevel(f.out, yi), s.vector_width);
+  if (f.load.defined()) f.load.compute_at(f.out, xv);
   if (f.uniforms.defined()) f.uniforms.compute_root();
 }
 

@@ -4,17 +4,24 @@
 
 #include <vector>
 
+#include "lower/reduce.h"
 #include "optfuse/engine.h"
 
 namespace optfuse::lower {
 
 // The Funcs of one lowered pipeline (see lower.h); `load` and `uniforms` may be undefined (no
-// tensor inputs, no uniform subexpressions).
+// tensor inputs, no uniform subexpressions), `out` too (a graph with results only), and
+// `results` (a graph without results).
 struct PipelineFuncs {
   Halide::Func out, load, uniforms;
   Halide::Var x;
   Halide::Expr chunk;  // runtime task size in elements, a multiple of the vector width
   std::vector<Halide::ImageParam> inputs;  // the tensor inputs (handles: constraints apply)
+  Halide::Func results;                     // 0-D, a Tuple of f64: the graph's results
+  std::vector<WholeReduction> whole;        // prologue stages
+  std::vector<RowReduction> rows;           // per-row stages (per_row graphs)
+  bool per_row = false;  // 2-D: out(x, y), x along a row of `cols` elements
+  Halide::Var y{"y"};
 };
 
 // The branch point between targets: CUDA targets get apply_cuda_schedule, CPU targets
@@ -26,6 +33,11 @@ void apply_schedule(PipelineFuncs& f, const Schedule& s, const Halide::Target& t
 // the end is predicated (GuardWithIf: in-place updates must not recompute an element, as
 // ShiftInwards would, nor touch memory past n, as RoundUp would).
 void apply_cpu_schedule(PipelineFuncs& f, const Schedule& s);
+void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s);
+
+// Per-row graphs: `out(x, y)` in parallel tasks of whole rows (about `chunk` elements), each row's
+// reductions computed at the start of that row, then its update, vectorized along the row.
+void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s);
 
 // One CUDA kernel: each thread handles `vector_width` consecutive elements as one vector (128-bit
 // global loads/stores for f32), gpu_tile'd in blocks of `gpu_block` threads over a grid that

@@ -122,7 +122,7 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
     for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
       const Options& ft = ft_list[ti];
       const ParamRef& ref = g.tensors[ti].ref;
-      Impl::Tensor t{ref, ft.at("step").get<int64_t>(), {}, {}};
+      Impl::Tensor t{ref, ft.at("step").get<int64_t>(), {}, {}, nullptr};
       if (t.step < 0) throw Error(Impl::where(gi, ti, ref) + ": negative step count");
       if (ft.contains("host"))
         for (auto it = ft.at("host").begin(); it != ft.at("host").end(); ++it) {

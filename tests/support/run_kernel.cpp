@@ -69,6 +69,12 @@ bool close(double got, double want, double rel_tol, double abs_tol) {
 
 Tensors run_kernel(const Kernel& k, const Tensors& tensors, const Scalars& scalars,
                    Aliasing aliasing) {
+  return run_kernel(k, tensors, scalars, RunOptions{aliasing}, nullptr);
+}
+
+Tensors run_kernel(const Kernel& k, const Tensors& tensors, const Scalars& scalars,
+                   const RunOptions& options, Scalars* results) {
+  const Aliasing aliasing = options.aliasing;
   const KernelSignature& sig = k.signature();
   KernelCall call;
   std::vector<std::vector<unsigned char>> inputs, fresh;
@@ -89,7 +95,14 @@ Tensors run_kernel(const Kernel& k, const Tensors& tensors, const Scalars& scala
     call.outputs.push_back(out_bytes.back()->data());
   }
   call.n = n;
+  call.cols = options.cols;
+  std::vector<double> result_values(sig.results.size(), NAN);
+  call.results = result_values.data();
   k.run(call);
+  if (results) {
+    results->clear();
+    for (size_t i = 0; i < sig.results.size(); ++i) (*results)[sig.results[i].name] = result_values[i];
+  }
   Tensors result;
   for (size_t i = 0; i < sig.outputs.size(); ++i)
     result[sig.outputs[i].replaces] = decode(*out_bytes[i], sig.outputs[i].dtype);

@@ -18,6 +18,15 @@ enum class Aliasing { InPlace, OutOfPlace };
 Tensors run_kernel(const Kernel& k, const Tensors& tensors, const Scalars& scalars,
                    Aliasing aliasing = Aliasing::InPlace);
 
+struct RunOptions {
+  Aliasing aliasing = Aliasing::InPlace;
+  int64_t cols = 0;  // KernelCall::cols (per-row kernels)
+};
+
+// The same, with the kernel's results (KernelCall::results) stored in `*results` by name.
+Tensors run_kernel(const Kernel& k, const Tensors& tensors, const Scalars& scalars,
+                   const RunOptions& options, Scalars* results);
+
 // Element-wise |got - want| <= abs_tol + rel_tol * |want|; NaN matches NaN and inf matches the
 // same inf. Reports the first few mismatches with their index.
 void expect_close(const Tensors& got, const Tensors& want, double rel_tol, double abs_tol = 0);
