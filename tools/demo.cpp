@@ -197,11 +197,11 @@ int run_demo(const DemoOptions& o) {
   Engine engine(eo);
   // The kernels the first step will use: per group, one per distinct tensor size when tuned
   // schedules are loaded (the optimizer picks them per size), else one.
-  for (int decay = 1; decay >= 0; --decay) {
-    Graph graph = update_graph(config, overrides[decay ? 0 : 1], dtype, dtype);
+  for (int group = 0; group < 2; ++group) {  // 0: with weight decay, 1: without
+    Graph graph = update_graph(config, overrides[group], dtype, dtype);
     std::set<int64_t> sizes;
     for (const auto& t : layout)
-      if (t.decay == bool(decay)) sizes.insert(engine.tuned_schedules() ? t.numel() : 0);
+      if (t.decay == (group == 0)) sizes.insert(engine.tuned_schedules() ? t.numel() : 0);
     for (int64_t n : sizes) n ? engine.kernel(graph, n) : engine.kernel(graph);
   }
   double startup = seconds_since(t_engine);

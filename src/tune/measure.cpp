@@ -56,6 +56,11 @@ Workload::Workload(const KernelSignature& sig, int64_t n) {
     bytes_ += n * static_cast<int64_t>(dtype_size(out.dtype));
   }
   call_.scalars.assign(sig.scalars.size(), 0.5);
+  // Graphs with reductions: rows of 1024 elements (or one row when n is not a multiple of it),
+  // and somewhere to write the results.
+  if (sig.per_row) call_.cols = n % 1024 == 0 ? 1024 : n;
+  results_.assign(sig.results.size(), 0.0);
+  if (!results_.empty()) call_.results = results_.data();
 }
 
 PairedResult measure_pair(const Kernel& base, const Kernel& candidate, const Workload& work,

@@ -19,6 +19,7 @@ class Workload {
 
  private:
   std::vector<std::unique_ptr<char, void (*)(void*)>> buffers_;
+  std::vector<double> results_;  // for graphs with results (reductions)
   KernelCall call_;
   int64_t bytes_ = 0;
 };
