@@ -9,6 +9,7 @@
 #include "optfuse/error.h"
 #include "optfuse/idioms.h"
 #include "optim/options.h"
+#include "optim/precision.h"
 #include "optim/rule.h"
 
 namespace optfuse::optim {
@@ -55,8 +56,9 @@ class CustomRule final : public UpdateRule {
   Options defaults() const override { return def_.defaults; }
 
   void validate(const Options& h, const std::string& where) const override {
+    const Options precision = precision_defaults();  // validated by validate_precision
     for (const auto& [name, value] : h.items()) {
-      if (value.is_boolean()) continue;
+      if (value.is_boolean() || precision.contains(name)) continue;
       if (name == "betas") {
         if (!value.is_array()) throw Error(where + ": option 'betas' must be a list of numbers");
         for (size_t i = 0; i < value.size(); ++i) {

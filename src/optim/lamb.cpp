@@ -48,14 +48,16 @@ class Lamb final : public UpdateRule {
     Value v_new = gr.scalar("beta2") * v + gr.scalar("one_minus_beta2") * (g * g);
     gr.output("exp_avg", m_new);
     gr.output("exp_avg_sq", v_new);
-    Value u = gr.scalar("inv_bias_correction1") * m_new /
-                  (sqrt(v_new) * gr.scalar("inv_bias_correction2_sqrt") + gr.scalar("eps")) +
+    // Association as the idiom normal form (include/optfuse/idioms.h) has it, so that a LAMB
+    // written op by op normalizes to this kernel: ibc1 * (m / denom), p - u * (trust * lr).
+    Value u = gr.scalar("inv_bias_correction1") *
+                  (m_new / (sqrt(v_new) * gr.scalar("inv_bias_correction2_sqrt") + gr.scalar("eps"))) +
               gr.scalar("weight_decay") * p;
     Value p_sq = sum_squares(p), u_sq = sum_squares(u);
     Value one = gr.constant(1.0), zero = gr.constant(0.0);
     Value trust = select(p_sq > zero, select(u_sq > zero, sqrt(p_sq) / sqrt(u_sq), one), one);
     trust = min(trust, gr.scalar("max_trust_ratio"));
-    gr.output("param", p - gr.scalar("lr") * trust * u);
+    gr.output("param", p - u * (trust * gr.scalar("lr")));
     return gr;
   }
 
