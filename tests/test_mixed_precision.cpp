@@ -286,6 +286,36 @@ TEST(MixedPrecision, Bf16ParamsAndBf16GradsTogether) {
   EXPECT_EQ(low.p16, to_bf16(wide.p32));
 }
 
+// Clipping, loss scaling and accumulation read 16-bit grads through their own kernels (the
+// statistics pass and the micro-steps, one per grad dtype; the accumulation buffer stays f32): a
+// bf16/f16 grad must give exactly what its f32 widening gives, total norms included.
+TEST(MixedPrecision, StepFeaturesReadSixteenBitGrads) {
+  const size_t n = 2000;
+  const Options config = {{"type", "adamw"}, {"max_grad_norm", 0.05}, {"loss_scale", 8.0},
+                          {"accumulation_steps", 2}};
+  std::vector<float> p0 = representable(gen_floats(12, n), DType::BF16);
+  for (DType gd : {DType::BF16, DType::F16}) {
+    Trained wide = make_run(config, p0, DType::BF16, DType::F32);
+    Trained low = make_run(config, p0, DType::BF16, gd);
+    bool clipped = false;
+    for (int s = 1; s <= 6; ++s) {
+      std::vector<float> g = representable(grads_at(s, n), gd);
+      set_grads(wide, g, DType::F32);
+      set_grads(low, g, gd);
+      StepResult rw = wide.opt->step(), rl = low.opt->step();
+      ASSERT_EQ(rw.outcome, rl.outcome) << dtype_name(gd) << " step " << s;
+      ASSERT_EQ(rw.has_total_norm, rl.has_total_norm);
+      EXPECT_EQ(rw.total_norm, rl.total_norm) << dtype_name(gd) << " step " << s;
+      clipped = clipped || (rw.applied() && rw.clip_coef < 1);
+    }
+    EXPECT_TRUE(clipped) << "max_grad_norm too large to exercise clipping";
+    EXPECT_TRUE(testing::same_bits(*low.opt->state(0, 0, "master"),
+                                   *wide.opt->state(0, 0, "master")))
+        << dtype_name(gd);
+    EXPECT_EQ(low.p16, wide.p16) << dtype_name(gd);
+  }
+}
+
 // ---- bf16 optimizer state --------------------------------------------------------------------
 
 TEST(Bf16State, FirstStepStoresTheRoundToNearestEvenOfTheF32State) {
