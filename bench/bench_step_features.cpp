@@ -7,6 +7,12 @@
 //   + clipping, unfused                     + statistics (4) + scale pass g *= c (8) 40
 //   accumulation k = 4, per cycle           init (8) + 2 adds (12 each) + update with
 //                                           grad_accum (32)                          64
+// With gradient centralization too (issue 4's figure; a [2048, 2048] tensor):
+//   clipping + GC fused                     statistics (4) + the update kernel with
+//                                           the row mean as its prologue (28; +4 if a
+//                                           row left the cache)                      32
+//   clipping + GC unfused (torch's order)   statistics (4) + scale (8) + GC (mean 4,
+//                                           subtract 8) + update (28)                52
 // GB/s = these bytes / time; compare each row to the plain row of the same run.
 #include <benchmark/benchmark.h>
 
@@ -76,6 +82,53 @@ void BM_AdamW_ClipUnfused(benchmark::State& state) {
   report(state, 40, 1);
 }
 
+// Clipping and gradient centralization on one [kRows, kCols] tensor: fused (the statistics
+// kernel, then ONE update kernel applying the clip factor and the row mean inside) vs torch's
+// order (statistics, scale g in place, centralize g in place, then the plain update).
+constexpr int64_t kRows = 2048, kCols = kN / kRows;
+
+struct ShapedSetup {
+  std::vector<float> p = std::vector<float>(kN, 0.5f), g = std::vector<float>(kN, 0.01f);
+  std::unique_ptr<Optimizer> opt;
+  ShapedSetup(const Options& config, const Options& overrides) {
+    opt = Optimizer::create(engine(), config);
+    opt->add_param_group({{{p.data(), kN, {kRows, kCols}}, {g.data(), kN, {kRows, kCols}}, ""}},
+                         overrides);
+  }
+};
+
+void BM_AdamW_ClipGC_Fused(benchmark::State& state) {
+  ShapedSetup s({{"type", "adamw"}, {"max_grad_norm", 1.0}}, {{"grad_centralization", true}});
+  for (int i = 0; i < 2; ++i) s.opt->step();
+  for (auto _ : state) s.opt->step();
+  report(state, 32, 1);
+}
+
+void BM_AdamW_ClipGC_Unfused(benchmark::State& state) {
+  ShapedSetup s({{"type", "adamw"}}, Options::object());
+  auto stats = engine().kernel(optim::grad_stats_graph(false, false));
+  Graph scale_graph("scale_grads");
+  scale_graph.output("x", scale_graph.state("x") * scale_graph.scalar("c"));
+  auto scale = engine().kernel(scale_graph);
+  KernelCall scale_call = make_call(*scale, {{"x", s.g.data()}}, {{"c", 1.0}}, kN);
+  Graph gc_graph("centralize_grads");
+  Value x = gc_graph.state("x");
+  gc_graph.output("x", x - row_mean(x));
+  auto gc = engine().kernel(gc_graph);
+  KernelCall gc_call = make_call(*gc, {{"x", s.g.data()}}, {}, kN);
+  gc_call.cols = kCols;
+  auto step = [&] {
+    optim::GradStats st = optim::grad_stats(*stats, {{s.g.data(), nullptr, kN}}, nullptr, 0);
+    benchmark::DoNotOptimize(st.sumsq);
+    scale->run(scale_call);
+    gc->run(gc_call);
+    s.opt->step();
+  };
+  for (int i = 0; i < 2; ++i) step();
+  for (auto _ : state) step();
+  report(state, 52, 1);
+}
+
 // The statistics kernel alone (reads g: 4 B/element), with f32 and f64 squares.
 void run_stats(benchmark::State& state, bool f64) {
   std::vector<float> g(kN, 0.01f);
@@ -98,6 +151,8 @@ BENCHMARK(BM_AdamW_ClipFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamW_ClipScalerFused)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamW_ClipUnfused)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamW_Accumulate4)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamW_ClipGC_Fused)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamW_ClipGC_Unfused)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace optfuse::bench

@@ -1,6 +1,6 @@
-// `optfuse explain`: what the front end does with a graph, and why. For a textual graph file
-// (`--graph`, the form graph.h documents) or every param group of a model spec (`--spec`): the
-// canonical graph, the fusion clusters in execution order with the reason for every fuse / cut /
+// `optfuse explain`: what the front end does with a graph, and why. For a graph file (`--graph`:
+// the textual form graph.h documents, or JSON, docs/graph-json.md) or every param group of a model
+// spec (`--spec`): the idioms matched and the host scalars, the canonical graph, the fusion clusters in execution order with the reason for every fuse / cut /
 // recompute decision, each kernel's key for the target, and with --stmt Halide's lowered
 // statement of each kernel.
 #include <fstream>
@@ -30,18 +30,23 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
+// A graph file in the JSON form (docs/graph-json.md) when it ends in .json, else the textual form.
 Graph load_graph(const std::string& path) {
-  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0)
-    throw Error(path + ": JSON graphs are not read by this build yet; give the textual form "
-                "(graph \"name\" { ... }, see include/optfuse/graph.h)");
+  const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   try {
-    return parse(read_text(path));
+    std::string text = read_text(path);
+    return json ? parse_json(text) : parse(text);
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
 }
 
-void explain_graph(const Graph& g, const Engine& engine, bool stmt, std::ostream& out) {
+// The graph as the engine will compile it: idioms rewritten and scalar math moved to host
+// scalars (normalize, idioms.h; library graphs are already normal), then partitioned.
+void explain_graph(const Graph& source, const Engine& engine, bool stmt, std::ostream& out) {
+  NormalizedGraph n = normalize(source);
+  out << describe(n) << "\n";
+  const Graph& g = n.graph;
   Partition p = partition(g);
   out << explain(p);
   out << "\nkernels (target " << engine.target_string() << "):\n";
@@ -86,9 +91,9 @@ void run(const ExplainOptions& o) {
 void add_explain_command(CLI::App& app) {
   auto o = std::make_shared<ExplainOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "explain", "Show the canonical graph, its fusion clusters with the reason for every "
+      "explain", "Show the idioms matched, the canonical graph, its fusion clusters with the reason for every "
                  "decision, kernel keys, and (--stmt) Halide's lowered statements");
-  auto* graph = cmd->add_option("--graph", o->graph, "a graph in the textual form (graph.h)")
+  auto* graph = cmd->add_option("--graph", o->graph, "a graph: textual form (graph.h), or JSON (docs/graph-json.md) when FILE ends in .json")
                     ->check(CLI::ExistingFile);
   auto* spec = cmd->add_option("--spec", o->spec, "a model spec (examples/specs/README.md)")
                    ->check(CLI::ExistingFile);
