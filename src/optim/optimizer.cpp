@@ -222,7 +222,8 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   for (size_t i = 0; i < sig.inputs.size(); ++i) call.inputs[i] = input_pointer(t, sig.inputs[i]);
   call.outputs.resize(g.output_input.size());
   for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
-  call.cols = t.gc_cols(g.options);
+  // (Only a per-row kernel reads cols: the option lookup stays out of the per-tensor path.)
+  call.cols = t.kernel->signature().per_row ? t.gc_cols(g.options) : 0;
   if (t.sparse.set) {  // only the touched rows, one call per run of consecutive rows
     const std::vector<void*> base = call.inputs;
     return optim::run_sparse(*t.kernel, g.output_input, call, base, t.sparse);
