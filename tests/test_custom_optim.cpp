@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include "optfuse/error.h"
 #include "optfuse/optim.h"
@@ -117,46 +118,14 @@ TEST(CustomOptimizer, StateFilesRoundTrip) {
   EXPECT_THROW(lion->load_state(path), Error) << "a my_lion state file is not a lion one";
 }
 
-// Adam as in tests/test_idioms.cpp's kUserAdam, as JSON: scalars lr, beta1, beta2, eps,
-// weight_decay, maximize (a bool hyperparameter) and the built-in bias corrections.
-const char* kUserAdamText = R"(graph "my_adam" {
-  %0 = grad.f32 "grad"
-  %1 = param.f32 "param"
-  %2 = state.f32 "exp_avg_sq"
-  %3 = state.f32 "exp_avg"
-  %4 = scalar.bool "maximize"
-  %5 = scalar.f32 "lr"
-  %6 = scalar.f32 "beta1"
-  %7 = scalar.f32 "beta2"
-  %8 = scalar.f32 "eps"
-  %9 = scalar.f32 "weight_decay"
-  %10 = scalar.f32 "bias_correction1"
-  %11 = scalar.f32 "bias_correction2"
-  %12 = neg.f32 %0
-  %13 = select.f32 %4, %12, %0
-  %14 = mul.f32 %1, %9
-  %15 = add.f32 %14, %13
-  %16 = const.f32 1
-  %17 = sub.f32 %16, %6
-  %18 = sub.f32 %3, %15
-  %19 = mul.f32 %18, %17
-  %20 = sub.f32 %3, %19
-  %21 = sub.f32 %16, %7
-  %22 = mul.f32 %21, %15
-  %23 = mul.f32 %22, %15
-  %24 = mul.f32 %2, %7
-  %25 = add.f32 %24, %23
-  %26 = div.f32 %20, %10
-  %27 = div.f32 %25, %11
-  %28 = sqrt.f32 %27
-  %29 = add.f32 %8, %28
-  %30 = mul.f32 %5, %26
-  %31 = div.f32 %30, %29
-  %32 = sub.f32 %1, %31
-  out "param" = %32
-  out "exp_avg" = %20
-  out "exp_avg_sq" = %25
-})";
+// tests/test_idioms.cpp's kUserAdam as JSON (tests/graphs/user_adam.json; `optfuse explain` reads
+// it too): scalars lr, beta1, beta2, eps, weight_decay, maximize (a bool hyperparameter) and the
+// built-in bias corrections.
+Options user_adam_json() {
+  std::ifstream in(std::string(OPTFUSE_TEST_DATA_DIR) + "/graphs/user_adam.json");
+  if (!in) throw Error("cannot read tests/graphs/user_adam.json");
+  return Options::parse(in);
+}
 
 TEST(CustomOptimizer, OpByOpAdamIsTheLibraryAdamBitForBit) {
   Engine& e = testing::shared_engine();
@@ -167,7 +136,7 @@ TEST(CustomOptimizer, OpByOpAdamIsTheLibraryAdamBitForBit) {
                     {"eps", 1e-8},
                     {"weight_decay", 0.0},
                     {"maximize", false}}},
-                  {"graph", Options::parse(print_json(parse(kUserAdamText)))}};
+                  {"graph", user_adam_json()}};
   for (bool maximize : {false, true}) {
     Tensors ta = make_tensors(5000, 2), tb = make_tensors(5000, 2);
     auto adam = Optimizer::create(e, {{"type", "adam"}, {"lr", 1e-2}});
