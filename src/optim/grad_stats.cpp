@@ -12,12 +12,6 @@ namespace {
 // A reducing kernel covers at most 2^30 elements per call (engine.h).
 constexpr int64_t kMaxCall = int64_t{1} << 30;
 
-void combine(GradStats* into, const GradStats& part) {
-  into->sumsq += part.sumsq;
-  // nan-propagating max, as the kernel's reduce_max
-  if (std::isnan(part.maxabs) || part.maxabs > into->maxabs) into->maxabs = part.maxabs;
-}
-
 GradStats run_tensor(const Kernel& k, const StatsInput& t, KernelCall* call, double* results) {
   const KernelSignature& sig = k.signature();
   const int sumsq = sig.result_index("sumsq"), maxabs = sig.result_index("maxabs");
@@ -34,7 +28,7 @@ GradStats run_tensor(const Kernel& k, const StatsInput& t, KernelCall* call, dou
     call->n = std::min(kMaxCall, t.n - b);
     call->results = results;
     k.run(*call);
-    combine(&s, {results[sumsq], maxabs >= 0 ? results[maxabs] : 0.0});
+    s.merge({results[sumsq], maxabs >= 0 ? results[maxabs] : 0.0});
   }
   return s;
 }
@@ -42,6 +36,11 @@ GradStats run_tensor(const Kernel& k, const StatsInput& t, KernelCall* call, dou
 }  // namespace
 
 bool GradStats::finite() const { return std::isfinite(sumsq); }
+
+void GradStats::merge(const GradStats& part) {
+  sumsq += part.sumsq;
+  if (std::isnan(part.maxabs) || part.maxabs > maxabs) maxabs = part.maxabs;
+}
 
 double GradStats::total_norm(bool norm_inf) const {
   if (!norm_inf || !finite()) return std::sqrt(sumsq);  // sqrt(nan) = nan, sqrt(inf) = inf
@@ -85,7 +84,7 @@ GradStats grad_stats(const Kernel& kernel, const std::vector<StatsInput>& tensor
     });
   }
   GradStats total;
-  for (const GradStats& p : partial) combine(&total, p);
+  for (const GradStats& p : partial) total.merge(p);
   return total;
 }
 

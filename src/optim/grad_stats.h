@@ -22,6 +22,8 @@ struct GradStats {
   double sumsq = 0;
   double maxabs = 0;
   bool finite() const;
+  // Adds another part's statistics (sums add, the max propagates nan like reduce_max).
+  void merge(const GradStats& part);
   // The total norm of the gradients as they are (scaled): norm_inf selects the inf-norm. Like
   // torch: nan if any element is nan, else inf if any is inf.
   double total_norm(bool norm_inf) const;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "optfuse/error.h"
+#include "optim/config.h"
 #include "optim/optimizer_impl.h"
 #include "optim/options.h"
 #include "optim/state_buffers.h"
@@ -206,28 +207,12 @@ Optimizer::Optimizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Optimizer::~Optimizer() = default;
 
 std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& config) {
-  if (!config.is_object()) throw Error("optimizer config must be a JSON object, got " + config.dump());
-  auto type = config.find("type");
-  if (type == config.end() || !type->is_string()) {
-    std::string known;
-    for (const auto& k : optim::rule_types()) known += (known.empty() ? "" : ", ") + k;
-    throw Error("optimizer config needs \"type\" (one of: " + known + ")");
-  }
+  optim::ParsedConfig parsed = optim::parse_config(config);
   auto impl = std::make_unique<Impl>();
   impl->engine = &engine;
-  impl->rule = optim::make_rule_for_config(config);
-  Options rest = config;
-  rest.erase("type");
-  rest.erase("rule");
-  impl->control = optim::StepControl(optim::take_step_options(&rest));
-  if (impl->rule->sparse_grads() && impl->control.options.any())
-    throw Error("optimizer config: " + impl->rule->type() +
-                " takes row-sparse gradients; clipping, loss scaling and gradient accumulation "
-                "need dense ones and are not supported with it");
-  impl->defaults = optim::merge(optim::with_precision_defaults(impl->rule->defaults()), rest,
-                                impl->rule->type(), "optimizer config");
-  impl->rule->validate(impl->defaults, "optimizer config");
-  optim::validate_precision(impl->defaults, "optimizer config");
+  impl->rule = std::move(parsed.rule);
+  impl->control = optim::StepControl(parsed.step);
+  impl->defaults = std::move(parsed.defaults);
   return std::unique_ptr<Optimizer>(new Optimizer(std::move(impl)));
 }
 

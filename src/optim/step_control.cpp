@@ -114,9 +114,7 @@ GradStats statistics(Impl& impl) {
   }
   GradStats total;
   for (const auto& [dtype, inputs] : by_dtype) {
-    GradStats s = grad_stats(*sc.stats.at(dtype), inputs, pool_for(impl, small[dtype]), single_task);
-    total.sumsq += s.sumsq;
-    if (std::isnan(s.maxabs) || s.maxabs > total.maxabs) total.maxabs = s.maxabs;
+    total.merge(grad_stats(*sc.stats.at(dtype), inputs, pool_for(impl, small[dtype]), single_task));
   }
   return total;
 }

@@ -1,0 +1,34 @@
+#include "optim/config.h"
+
+#include "optfuse/error.h"
+#include "optim/options.h"
+#include "optim/precision.h"
+
+namespace optfuse::optim {
+
+ParsedConfig parse_config(const Options& config) {
+  if (!config.is_object()) throw Error("optimizer config must be a JSON object, got " + config.dump());
+  auto type = config.find("type");
+  if (type == config.end() || !type->is_string()) {
+    std::string known;
+    for (const auto& k : rule_types()) known += (known.empty() ? "" : ", ") + k;
+    throw Error("optimizer config needs \"type\" (one of: " + known + ")");
+  }
+  ParsedConfig parsed;
+  parsed.rule = make_rule_for_config(config);
+  Options rest = config;
+  rest.erase("type");
+  rest.erase("rule");
+  parsed.step = take_step_options(&rest);
+  if (parsed.rule->sparse_grads() && parsed.step.any())
+    throw Error("optimizer config: " + parsed.rule->type() +
+                " takes row-sparse gradients; clipping, loss scaling and gradient accumulation "
+                "need dense ones and are not supported with it");
+  parsed.defaults = merge(with_precision_defaults(parsed.rule->defaults()), rest,
+                          parsed.rule->type(), "optimizer config");
+  parsed.rule->validate(parsed.defaults, "optimizer config");
+  validate_precision(parsed.defaults, "optimizer config");
+  return parsed;
+}
+
+}  // namespace optfuse::optim
