@@ -9,13 +9,14 @@ usage: scripts/gpu_check.sh pack [BUILD_DIR]   (here: Release build + self-conta
        scripts/gpu_check.sh run                (there: unpack, run the GPU test and benchmark)
        scripts/gpu_check.sh --help
 
-pack  builds test_cuda_ptx, bench_gpu and the optfuse CLI (Release, BUILD_DIR default build/),
+pack  builds test_cuda_ptx, test_device_tensors, bench_gpu and the optfuse CLI (Release, BUILD_DIR default build/),
       copies them with their shared-library closure (ldd; libcuda excluded, it comes with the
       driver; libz3 and ICU's data replaced by stubs, never called) into .gpucheck/, and compresses that into .gpucheck/optfuse-gpucheck.tar.xz. glibc
       and its loader are packed too, but used only if the binaries do not start with the host's.
       An unpacked xz (with its own glibc) is kept next to the archive for hosts without xz.
 run   unpacks the archive into a temporary folder under /tmp, prints nvidia-smi if present, runs
-      test_cuda_ptx (the device test must RUN, not skip, when a device exists) and bench_gpu
+      test_cuda_ptx and test_device_tensors (the Optimizer on device tensors; their device tests
+      must RUN, not skip, when a device exists) and bench_gpu
       (fused AdamW vs the 4r3w ceiling graph vs cuMemcpyDtoD at 2^24, 2^26, 2^28), and writes
       logs and summary.txt to $OUT (or .gpucheck/out if $OUT is unset).
       Exit status: 0 passed, 77 skipped (no CUDA driver or device), 1 failed.
@@ -32,10 +33,11 @@ GLIBC_RE='/(ld-linux[^/]*|libc|libm|libdl|libpthread|librt|libresolv|libutil)\.s
 pack() {
   local build="${1:-$ROOT/build}"
   cmake -S "$ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Release > /dev/null
-  cmake --build "$build" -j2 --target test_cuda_ptx bench_gpu optfuse-cli
+  cmake --build "$build" -j2 --target test_cuda_ptx test_device_tensors bench_gpu optfuse-cli
   rm -rf "$PACK/stage" "$PACK/xz" "$ARCHIVE"
   mkdir -p "$PACK/stage/bin" "$PACK/stage/lib" "$PACK/stage/glibc" "$PACK/xz"
-  local bins=("$build/tests/test_cuda_ptx" "$build/bench/bench_gpu" "$build/optfuse")
+  local bins=("$build/tests/test_cuda_ptx" "$build/tests/test_device_tensors" "$build/bench/bench_gpu"
+              "$build/optfuse")
   cp "${bins[@]}" "$PACK/stage/bin/"
   local lib
   for lib in $(ldd "${bins[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' |
@@ -118,38 +120,55 @@ run() {
   (cd "$dir" && timeout 300 "${exec_with[@]}" "$dir/bin/test_cuda_ptx" \
      --gtest_output="xml:$out/test_cuda_ptx.xml") > "$out/test_cuda_ptx.log" 2>&1 || test_rc=$?
   local device_test
-  if grep -q '^\[  SKIPPED \] CudaEngine.RunsOnADeviceLikeTheCpu' "$out/test_cuda_ptx.log"; then
-    device_test="skipped ($(grep -o 'no CUDA device.*' "$out/test_cuda_ptx.log" | head -1))"
-  elif grep -q '^\[       OK \] CudaEngine.RunsOnADeviceLikeTheCpu' "$out/test_cuda_ptx.log"; then
-    device_test="passed"
-  else
-    device_test="FAILED"
-  fi
+  device_test="$(device_test_state "$out/test_cuda_ptx.log" CudaEngine.RunsOnADeviceLikeTheCpu)"
+  # The Optimizer on device tensors (state on the device, save / load, the C API).
+  local optim_rc=0 optim_test
+  (cd "$dir" && timeout 300 "${exec_with[@]}" "$dir/bin/test_device_tensors" \
+     --gtest_output="xml:$out/test_device_tensors.xml") > "$out/test_device_tensors.log" 2>&1 ||
+    optim_rc=$?
+  optim_test="$(device_test_state "$out/test_device_tensors.log" DeviceOptimizer.MatchesTheCpuOptimizer)"
   (cd "$dir" && timeout 400 "${exec_with[@]}" "$dir/bin/bench_gpu" \
      --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" \
      --benchmark_out="$out/bench_gpu.json" --benchmark_out_format=json \
      --benchmark_counters_tabular=true) > "$out/bench_gpu.log" 2>&1 || bench_rc=$?
 
-  summary "$out" "$test_rc" "$device_test" "$bench_rc" | tee "$out/summary.txt"
+  summary "$out" "$test_rc" "$device_test" "$bench_rc" "$optim_rc" "$optim_test" |
+    tee "$out/summary.txt"
   rm -rf "$dir"
-  if [[ $test_rc -ne 0 || $device_test == FAILED || ($bench_rc -ne 0 && $bench_rc -ne 77) ]]; then
+  if [[ $test_rc -ne 0 || $device_test == FAILED || $optim_rc -ne 0 || $optim_test == FAILED ||
+        ($bench_rc -ne 0 && $bench_rc -ne 77) ]]; then
     return 1
   fi
-  if [[ $device_test == skipped* || $bench_rc -eq 77 ]]; then
+  if [[ $device_test == skipped* || $optim_test == skipped* || $bench_rc -eq 77 ]]; then
     # A device test that skips while the benchmark ran (or the reverse) is a failure.
-    [[ $device_test == skipped* && $bench_rc -eq 77 ]] || return 1
+    [[ $device_test == skipped* && $optim_test == skipped* && $bench_rc -eq 77 ]] || return 1
     return 77
   fi
   return 0
 }
 
+# "passed", "skipped (why)" or "FAILED" for GoogleTest test $2 in log $1.
+device_test_state() {
+  local log="$1" name="$2"
+  if grep -q "^\[  SKIPPED \] $name" "$log"; then
+    echo "skipped ($(grep -o 'no CUDA device.*' "$log" | head -1))"
+  elif grep -q "^\[       OK \] $name" "$log"; then
+    echo "passed"
+  else
+    echo "FAILED"
+  fi
+}
+
 # One screen: test results, and GB/s of AdamW, the ceiling and the copy with the ratios per size.
 summary() {
-  local out="$1" test_rc="$2" device_test="$3" bench_rc="$4"
+  local out="$1" test_rc="$2" device_test="$3" bench_rc="$4" optim_rc="$5" optim_test="$6"
   echo "== optfuse GPU check summary =="
   echo "test_cuda_ptx: exit $test_rc; $(grep -E '^\[  (PASSED|FAILED) +\]' "$out/test_cuda_ptx.log" |
     tr '\n' ' ')"
   echo "device run test (CudaEngine.RunsOnADeviceLikeTheCpu): $device_test"
+  echo "test_device_tensors: exit $optim_rc; $(grep -E '^\[  (PASSED|FAILED) +\]' \
+    "$out/test_device_tensors.log" | tr '\n' ' ')"
+  echo "device optimizer test (DeviceOptimizer.MatchesTheCpuOptimizer): $optim_test"
   echo "bench_gpu: exit $bench_rc$([[ $bench_rc -eq 77 ]] && echo ' (skipped: no CUDA device)')"
   grep -m1 -o "no CUDA device[^\"']*" "$out/bench_gpu.log" || true
   [[ $bench_rc -eq 0 ]] || return 0

@@ -9,9 +9,11 @@
  *   optfuse_optimizer_add_group(o, n, params, grads, numels, NULL, NULL, "{\"weight_decay\":0.1}");
  *   optfuse_optimizer_step(o);
  *
- * An engine must outlive the optimizers created from it. Buffers are host memory owned by the
- * caller (float32, or bf16/f16 through the _typed functions) and must stay valid while the
- * optimizer uses them. */
+ * An engine must outlive the optimizers created from it. Buffers are owned by the caller (float32,
+ * or bf16/f16 through the _typed functions) and must stay valid while the optimizer uses them.
+ * They are host memory, except for an engine whose target uses CUDA ("host-cuda", ...): its
+ * optimizers take CUDA device pointers (the _device functions below) and keep their state on the
+ * device; see "Device tensors" below. */
 #ifndef OPTFUSE_OPTFUSE_H
 #define OPTFUSE_OPTFUSE_H
 
@@ -81,6 +83,26 @@ int optfuse_optimizer_add_group_typed(optfuse_optimizer* opt, size_t n, void* co
                                       const int64_t* const* shapes, const int* ndims,
                                       const char* overrides_json);
 
+/* Device tensors (C++: optfuse::Optimizer, "Device tensors"). For an optimizer of an engine with a
+ * CUDA target ("host-cuda", ...), params[i] and grads[i] are CUdeviceptr values cast to void*
+ * (e.g. (void*)tensor.data_ptr() from PyTorch), 16-byte aligned and valid in device 0's primary
+ * context (the one the CUDA runtime, and so PyTorch, uses). The optimizer's state is allocated on
+ * the device at the first step and freed by optfuse_optimizer_destroy; a step launches its kernels
+ * on the stream given to optfuse_optimizer_step_stream (NULL: the default stream) and returns
+ * without copying anything between host and device. save / load copy the state to / from the file
+ * after waiting for the device. Host pointers to such an optimizer, device pointers to a CPU
+ * engine's optimizer, and a mix of both are errors (OPTFUSE_ERR_INVALID, message naming the group
+ * and tensor), as are the features not yet available on the device: clipping, loss scaling,
+ * accumulation, grad_centralization, LAMB, LARS, sparse gradients and 16-bit params. */
+int optfuse_optimizer_add_group_device(optfuse_optimizer* opt, size_t n, void* const* params,
+                                       optfuse_dtype param_dtype, void* const* grads,
+                                       optfuse_dtype grad_dtype, const int64_t* numels,
+                                       const int64_t* const* shapes, const int* ndims,
+                                       const char* overrides_json);
+/* optfuse_optimizer_set_grad_typed for a device gradient. */
+int optfuse_optimizer_set_grad_device(optfuse_optimizer* opt, size_t group, size_t index,
+                                      void* grad, optfuse_dtype dtype, int64_t numel);
+
 int optfuse_optimizer_step(optfuse_optimizer* opt);
 
 /* What one step did (C++: optfuse::StepResult). Clipping, loss scaling and gradient accumulation
@@ -105,6 +127,11 @@ typedef struct {
 
 /* optfuse_optimizer_step that also says what the step did; out may be NULL. */
 int optfuse_optimizer_step_ex(optfuse_optimizer* opt, optfuse_step_result* out);
+/* optfuse_optimizer_step_ex launching on a CUstream (device tensors; e.g.
+ * torch.cuda.current_stream().cuda_stream): synchronize it before reading the params on the host.
+ * cuda_stream must be NULL for a CPU engine's optimizer. */
+int optfuse_optimizer_step_stream(optfuse_optimizer* opt, void* cuda_stream,
+                                  optfuse_step_result* out);
 /* The loss scale to multiply the next loss by (1 without loss scaling). */
 int optfuse_optimizer_loss_scale(const optfuse_optimizer* opt, double* out);
 

@@ -7,7 +7,8 @@
 //   opt->add_param_group({{b_ref, b_grad_ref}, ...}, {{"weight_decay", 0.0}});
 //   for (...) { /* fill grads */ opt->step(); }
 //
-// Parameters and gradients are host buffers owned by the caller (f32, bf16 or f16); optimizer state
+// Parameters and gradients are buffers owned by the caller (f32, bf16 or f16), in host memory, or in
+// CUDA device memory for an engine with a CUDA target ("Device tensors" below); optimizer state
 // (exp_avg, momentum_buffer, sum, ...) is owned by the optimizer, created lazily at the first step
 // with torch's initial values (zeros; Adagrad's sum: initial_accumulator_value). One compiled kernel serves every tensor of every group whose update has
 // the same STRUCTURE (e.g. AdamW without AMSGrad); hyperparameter values and sizes are call
@@ -62,11 +63,20 @@ using Options = nlohmann::json;  // torch.optim option names -> values, e.g. {"l
 //   "stochastic_rounding": bool      bf16 params rounded stochastically instead of to nearest
 //                                    even (unbiased; reproducible: same seed + step -> same bits)
 //   "rounding_seed": integer         in [0, 2^32), the seed of those roundings
+//
+// Device tensors (CUDA): a TensorRef with memory = Memory::Cuda holds a CUdeviceptr in `data`
+// (e.g. reinterpret_cast<void*>(torch_tensor.data_ptr())), valid in the engine's CUDA context
+// (EngineOptions::cuda_context; by default device 0's primary context, where PyTorch allocates) and
+// 16-byte aligned. See "Device tensors" at Optimizer below.
+enum class Memory { Host, Cuda };
+const char* memory_name(Memory m);  // "host" / "cuda"
+
 struct TensorRef {
   void* data = nullptr;
   int64_t numel = 0;
   std::vector<int64_t> shape;  // optional; when given, its product must equal numel
   DType dtype = DType::F32;
+  Memory memory = Memory::Host;  // where `data` lives
 };
 
 struct ParamRef {
@@ -136,6 +146,31 @@ struct StepResult {
   bool applied() const { return outcome == Outcome::Applied; }
 };
 
+// Arguments of one step() beyond the optimizer's own state.
+struct StepArgs {
+  // Optimizers of CUDA engines: the CUstream the step's kernels (and the zero-fill of state created
+  // at this step) are launched on, e.g. torch.cuda.current_stream().cuda_stream; null = the
+  // context's default stream. The step returns once they are launched: synchronize the stream
+  // before reading the params on the host. Must be null for a CPU engine's optimizer.
+  void* cuda_stream = nullptr;
+};
+
+// Device tensors (optimizers of an engine whose target uses CUDA, e.g. "host-cuda"):
+//   * every param and grad is a device tensor (TensorRef::memory = Memory::Cuda) and a CPU
+//     engine's optimizer takes host tensors only; the group, tensor and memory at fault are named
+//     otherwise (also for mixing host and device tensors in one optimizer);
+//   * state is allocated on the device (cuMemAlloc in the engine's context, filled with its
+//     initial value by cuMemset*Async on the step's stream) at the first step, freed with the
+//     optimizer; step() passes device pointers to the kernels on StepArgs::cuda_stream and makes
+//     no host<->device copy (state(), state_bf16() are null: see state_ref, state_values);
+//   * save_state / load_state / state_values copy state explicitly between the device and the
+//     host, after waiting for all work in the engine's context (cuCtxSynchronize); the file format
+//     is the same, so state saved on a GPU loads on the CPU and back;
+//   * not yet on device tensors (Error at create / add_param_group / set naming the feature, all
+//     in src/optim/device_support.cpp): anything that needs a reduction kernel (clipping, loss
+//     scaling, gradient centralization, LAMB, LARS, custom rules with reductions), gradient
+//     accumulation, row-sparse gradients (sparseadam / lazyadam), and 16-bit params (their f32
+//     master copy); bf16 grads and "state_dtype": "bf16" work (state_dtype fixed once state exists).
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",
@@ -157,6 +192,7 @@ class Optimizer {
   // One update of every parameter of every group (one fused kernel call per tensor), or one
   // accumulation micro-step, or a skipped step (see StepResult and the step-level features).
   StepResult step();
+  StepResult step(const StepArgs& args);  // the same, with a CUDA stream (device tensors)
 
   // The loss scale S to multiply the next loss by (1 without loss scaling).
   double loss_scale() const;
@@ -190,7 +226,11 @@ class Optimizer {
   // "bf16") is in state_bf16() as raw bits, and state_values() widens either kind to f32.
   const std::vector<float>* state(size_t group, size_t index, const std::string& name) const;
   const std::vector<uint16_t>* state_bf16(size_t group, size_t index, const std::string& name) const;
+  // Any state buffer as a TensorRef: host or device memory (as the params), the param's shape,
+  // the state's dtype; data null when absent. For device tensors state() and state_bf16() are
+  // null, and state_values() copies the state to the host (after cuCtxSynchronize).
   std::vector<float> state_values(size_t group, size_t index, const std::string& name) const;
+  TensorRef state_ref(size_t group, size_t index, const std::string& name) const;
   int64_t step_count(size_t group, size_t index) const;
 
   // Writes / reads every group's options, step counts and state to a file (with the loss

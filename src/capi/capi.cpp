@@ -129,7 +129,8 @@ optfuse::DType c_dtype(int code, const char* what) {
 
 int add_group(optfuse_optimizer* opt, size_t n, void* const* params, int param_dtype,
               void* const* grads, int grad_dtype, const int64_t* numels,
-              const int64_t* const* shapes, const int* ndims, const char* overrides_json) {
+              const int64_t* const* shapes, const int* ndims, const char* overrides_json,
+              optfuse::Memory memory = optfuse::Memory::Host) {
   OPTFUSE_REQUIRE(opt);
   if (n > 0) {
     OPTFUSE_REQUIRE(params);
@@ -141,8 +142,8 @@ int add_group(optfuse_optimizer* opt, size_t n, void* const* params, int param_d
   return guarded([&] {
     std::vector<optfuse::ParamRef> refs(n);
     for (size_t i = 0; i < n; ++i) {
-      refs[i].param = {params[i], numels[i], {}, c_dtype(param_dtype, "param")};
-      refs[i].grad = {grads[i], numels[i], {}, c_dtype(grad_dtype, "grad")};
+      refs[i].param = {params[i], numels[i], {}, c_dtype(param_dtype, "param"), memory};
+      refs[i].grad = {grads[i], numels[i], {}, c_dtype(grad_dtype, "grad"), memory};
       if (shapes) {
         if (ndims[i] < 0 || (ndims[i] > 0 && shapes[i] == nullptr))
           throw optfuse::Error("tensor " + std::to_string(i) + ": shape is NULL or ndims < 0");
@@ -177,15 +178,31 @@ int optfuse_optimizer_add_group_typed(optfuse_optimizer* opt, size_t n, void* co
                    overrides_json);
 }
 
+int optfuse_optimizer_add_group_device(optfuse_optimizer* opt, size_t n, void* const* params,
+                                       optfuse_dtype param_dtype, void* const* grads,
+                                       optfuse_dtype grad_dtype, const int64_t* numels,
+                                       const int64_t* const* shapes, const int* ndims,
+                                       const char* overrides_json) {
+  return add_group(opt, n, params, param_dtype, grads, grad_dtype, numels, shapes, ndims,
+                   overrides_json, optfuse::Memory::Cuda);
+}
+
 int optfuse_optimizer_step(optfuse_optimizer* opt) {
   OPTFUSE_REQUIRE(opt);
   return guarded([&] { opt->opt->step(); });
 }
 
 int optfuse_optimizer_step_ex(optfuse_optimizer* opt, optfuse_step_result* out) {
+  return optfuse_optimizer_step_stream(opt, nullptr, out);
+}
+
+int optfuse_optimizer_step_stream(optfuse_optimizer* opt, void* cuda_stream,
+                                  optfuse_step_result* out) {
   OPTFUSE_REQUIRE(opt);
   return guarded([&] {
-    optfuse::StepResult r = opt->opt->step();
+    optfuse::StepArgs args;
+    args.cuda_stream = cuda_stream;
+    optfuse::StepResult r = opt->opt->step(args);
     if (!out) return;
     using O = optfuse::StepResult::Outcome;
     out->outcome = r.outcome == O::Applied       ? OPTFUSE_STEP_APPLIED
@@ -244,6 +261,15 @@ int optfuse_optimizer_set_grad_typed(optfuse_optimizer* opt, size_t group, size_
   OPTFUSE_REQUIRE(opt);
   return guarded(
       [&] { opt->opt->set_grad(group, index, {grad, numel, {}, c_dtype(dtype, "grad")}); });
+}
+
+int optfuse_optimizer_set_grad_device(optfuse_optimizer* opt, size_t group, size_t index,
+                                      void* grad, optfuse_dtype dtype, int64_t numel) {
+  OPTFUSE_REQUIRE(opt);
+  return guarded([&] {
+    opt->opt->set_grad(group, index,
+                       {grad, numel, {}, c_dtype(dtype, "grad"), optfuse::Memory::Cuda});
+  });
 }
 
 int optfuse_optimizer_set_sparse_grad(optfuse_optimizer* opt, size_t group, size_t index,

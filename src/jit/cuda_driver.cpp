@@ -53,6 +53,8 @@ LoadedDriver load_driver() {
   get(cu.cuMemAlloc, "cuMemAlloc_v2");
   get(cu.cuMemFree, "cuMemFree_v2");
   get(cu.cuMemsetD32, "cuMemsetD32_v2");
+  get(cu.cuMemsetD16Async, "cuMemsetD16Async");
+  get(cu.cuMemsetD32Async, "cuMemsetD32Async");
   get(cu.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   get(cu.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   get(cu.cuMemcpyDtoD, "cuMemcpyDtoD_v2");

@@ -9,6 +9,7 @@
 
 #include "optfuse/error.h"
 #include "optim/config.h"
+#include "optim/device_support.h"
 #include "optim/optimizer_impl.h"
 #include "optim/options.h"
 #include "optim/state_buffers.h"
@@ -157,6 +158,8 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
   // (Only a per-row kernel reads cols: the option lookup stays out of the per-tensor path.)
   call.cols = t.kernel->signature().per_row ? t.gc_cols(g.options) : 0;
+  call.device = impl.memory == Memory::Cuda;
+  call.cuda_stream = impl.cuda_stream;
   if (t.sparse.set) {  // only the touched rows, one call per run of consecutive rows
     const std::vector<void*> base = call.inputs;
     return optim::run_sparse(*t.kernel, g.output_input, call, base, t.sparse);
@@ -172,9 +175,10 @@ std::string no_dense_grads(const std::string& type) {
 
 // One group's kernel calls. Tensors small enough to be a single task each are spread over all
 // threads (contiguous shares, one lane each); the others run one after another on the caller,
-// each parallel inside its kernel.
+// each parallel inside its kernel. Device tensors are all launched from the caller, in order, on
+// the step's stream (a launch is asynchronous: more threads would not help).
 void run_group(Impl& impl, Impl::Group& g, const std::vector<const Impl::Tensor*>& created) {
-  const int threads = impl.engine->num_threads();
+  const int threads = impl.memory == Memory::Cuda ? 1 : impl.engine->num_threads();
   g.lanes.resize(static_cast<size_t>(threads));
   for (auto& lane : g.lanes) lane.memo.valid = false;
   auto created_now = [&](const Impl::Tensor& t) {
@@ -210,6 +214,10 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
   optim::ParsedConfig parsed = optim::parse_config(config);
   auto impl = std::make_unique<Impl>();
   impl->engine = &engine;
+  impl->memory = optim::engine_memory(engine);
+  impl->cuda_context = engine.options().cuda_context;
+  optim::check_device_config(impl->memory, *parsed.rule, parsed.step);
+  optim::check_device_group(impl->memory, *parsed.rule, parsed.defaults, "optimizer config");
   impl->rule = std::move(parsed.rule);
   impl->control = optim::StepControl(parsed.step);
   impl->defaults = std::move(parsed.defaults);
@@ -239,6 +247,7 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
   g.options = optim::merge(impl_->defaults, overrides, impl_->rule->type(), where);
   impl_->rule->validate(g.options, where);
   optim::validate_precision(g.options, where);
+  optim::check_device_group(impl_->memory, *impl_->rule, g.options, where);
   for (size_t ti = 0; ti < params.size(); ++ti) {
     const ParamRef& r = params[ti];
     std::string who = Impl::where(gi, ti, r);
@@ -256,7 +265,11 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
     g.tensors.back().ref = r;
     g.tensors.back().stream = optim::tensor_stream(gi, ti);
   }
-  optim::tensors_precision(g.options, params, gi);
+  optim::check_group_memory(params, impl_->groups.empty() ? nullptr : &impl_->memory,
+                            impl_->memory, impl_->engine->target_string(),
+                            [&](size_t ti) { return Impl::where(gi, ti, params[ti]); });
+  optim::check_device_precision(impl_->memory, optim::tensors_precision(g.options, params, gi),
+                                where);
   std::vector<Span> spans = all_spans(impl_->groups);
   for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
     const ParamRef& r = g.tensors[ti].ref;
@@ -275,6 +288,7 @@ void Optimizer::set(size_t group, const std::string& name, const Options& value)
       optim::merge(g.options, Options{{name, value}}, impl_->rule->type(), Impl::where(group));
   impl_->rule->validate(merged, Impl::where(group));
   optim::validate_precision(merged, Impl::where(group));
+  optim::check_device_group(impl_->memory, *impl_->rule, merged, Impl::where(group));
   Impl::Group changed = g;
   changed.options = merged;
   optim::group_precision(changed, group);  // e.g. stochastic_rounding on f32 params
@@ -298,6 +312,7 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
   std::string who = Impl::where(group, index, t.ref);
   if (impl_->rule->sparse_grads()) throw Error(who + ": " + no_dense_grads(impl_->rule->type()));
   check_tensor(grad, "grad", who);
+  optim::check_grad_memory(grad, impl_->memory, who);
   if (grad.dtype != t.ref.grad.dtype)
     throw Error(who + ": the new grad's dtype " + std::string(dtype_name(grad.dtype)) +
                 " differs from the group's grad dtype " + std::string(dtype_name(t.ref.grad.dtype)));
@@ -347,13 +362,20 @@ static void update(Impl& impl) {
 
   // Phase 2: state (and master copies), allocated completely before any is installed.
   std::vector<optim::PendingState> pending;
-  for (auto& g : impl_->groups)
-    for (auto& t : g.tensors) optim::plan_state(*impl_->rule, g, t, &pending);
+  for (size_t gi = 0; gi < impl_->groups.size(); ++gi)
+    for (size_t ti = 0; ti < impl_->groups[gi].tensors.size(); ++ti) {
+      Impl::Group& g = impl_->groups[gi];
+      Impl::Tensor& t = g.tensors[ti];
+      if (impl_->memory == Memory::Cuda)
+        optim::plan_device_state(*impl_, g, t, Impl::where(gi, ti, t.ref), &pending);
+      else
+        optim::plan_state(*impl_->rule, g, t, &pending);
+    }
   std::vector<const Impl::Tensor*> created;
   for (auto& p : pending) {
     // A converted buffer (state_dtype changed) or a master copy is not new state for the rule.
     bool fresh = !p.tensor->state.count(p.name) && !p.tensor->state16.count(p.name) &&
-                 p.name != optim::kMasterState;
+                 !p.tensor->device.count(p.name) && p.name != optim::kMasterState;
     optim::install(p);
     if (fresh) created.push_back(p.tensor);
   }
@@ -368,7 +390,11 @@ static void update(Impl& impl) {
   for (auto& g : impl_->groups) run_group(*impl_, g, created);
 }
 
-StepResult Optimizer::step() {
+StepResult Optimizer::step() { return step(StepArgs{}); }
+
+StepResult Optimizer::step(const StepArgs& args) {
+  optim::check_step_args(impl_->memory, args);
+  impl_->cuda_stream = args.cuda_stream;
   check_sparse_grads(*impl_);
   optim::StepPlan plan = optim::plan_step(*impl_);  // accumulation, statistics (step_control.h)
   if (plan.update) update(*impl_);
@@ -394,10 +420,39 @@ const std::vector<uint16_t>* Optimizer::state_bf16(size_t group, size_t index,
 }
 
 std::vector<float> Optimizer::state_values(size_t group, size_t index, const std::string& name) const {
+  if (TensorRef d = state_ref(group, index, name); d.data && d.memory == Memory::Cuda) {
+    auto it = group_at(*impl_, group).tensors[index].device.find(name);
+    optim::synchronize(impl_->cuda_context);  // the steps queued on any stream are done
+    if (d.dtype == DType::F32) {
+      std::vector<float> v(static_cast<size_t>(d.numel));
+      it->second->download(v.data());
+      return v;
+    }
+    std::vector<uint16_t> bits(static_cast<size_t>(d.numel));
+    it->second->download(bits.data());
+    return optim::widen_to_f32(bits.data(), d.dtype, d.numel);
+  }
   if (const std::vector<float>* f = state(group, index, name)) return *f;
   if (const std::vector<uint16_t>* b = state_bf16(group, index, name))
     return optim::widen_to_f32(b->data(), DType::BF16, static_cast<int64_t>(b->size()));
   return {};
+}
+
+TensorRef Optimizer::state_ref(size_t group, size_t index, const std::string& name) const {
+  const Impl::Group& g = group_at(*impl_, group);
+  if (index >= g.tensors.size()) return {};
+  const Impl::Tensor& t = g.tensors[index];
+  TensorRef r{nullptr, t.ref.param.numel, t.ref.param.shape, DType::F32, impl_->memory};
+  if (auto it = t.device.find(name); it != t.device.end()) {
+    r.data = it->second->data();
+    r.dtype = it->second->dtype();
+  } else if (auto f = t.state.find(name); f != t.state.end()) {
+    r.data = const_cast<float*>(f->second.data());
+  } else if (auto b = t.state16.find(name); b != t.state16.end()) {
+    r.data = const_cast<uint16_t*>(b->second.data());
+    r.dtype = DType::BF16;
+  }
+  return r;
 }
 
 int64_t Optimizer::step_count(size_t group, size_t index) const {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "optfuse/optim.h"
+#include "optim/device_buffer.h"
 #include "optim/precision.h"
 #include "optim/sparse_grad.h"
 #include "optim/rule.h"
@@ -21,6 +22,9 @@ struct Optimizer::Impl {
     std::map<std::string, std::vector<float>> state;  // created lazily at the first step
     optim::HostState host;                            // the rule's per-tensor host state
     std::map<std::string, std::vector<uint16_t>> state16;  // bf16 state (state_dtype "bf16")
+    // Device tensors: all their state, f32 and bf16, on the device (state and state16 stay
+    // empty). Shared so that copies of a Tensor (set() checks a changed copy) share the memory.
+    std::map<std::string, std::shared_ptr<optim::DeviceBuffer>> device;
     uint32_t stream = 0;  // this tensor's stochastic-rounding stream (precision.h)
     optim::SparseGrad sparse;  // the row-sparse gradient (rules with sparse_grads() only)
     // Gradient centralization applies (GC on and >= 2 dims): its row length, else 0.
@@ -61,6 +65,11 @@ struct Optimizer::Impl {
   };
 
   Engine* engine = nullptr;
+  // Where every param, grad and state lives (device_support.h); for Memory::Cuda, the engine's
+  // CUDA context state is allocated in, and the stream of the step being run.
+  Memory memory = Memory::Host;
+  void* cuda_context = nullptr;
+  void* cuda_stream = nullptr;
   std::unique_ptr<optim::UpdateRule> rule;
   Options defaults;  // the rule's defaults merged with the optimizer config
   std::vector<Group> groups;

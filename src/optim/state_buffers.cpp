@@ -1,6 +1,7 @@
 #include "optim/state_buffers.h"
 
 #include "optfuse/error.h"
+#include "optim/device_support.h"
 #include "optim/grad_prologue.h"
 
 namespace optfuse::optim {
@@ -60,7 +61,31 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
   }
 }
 
+void plan_device_state(const Impl& impl, const Impl::Group& g, Impl::Tensor& t,
+                       const std::string& who, std::vector<PendingState>* out) {
+  for (const auto& name : g.state_names) {
+    if (name == kGradAccum) continue;  // (accumulation is refused on the device)
+    if (name == kMasterState) internal_error("a master copy for a device tensor");
+    const DType want = state_buffer_dtype(name, g.precision);
+    if (auto it = t.device.find(name); it != t.device.end()) {
+      if (it->second->dtype() != want) device_state_conversion(who, name);
+      continue;
+    }
+    PendingState p{&t, name, want, {}, {}, nullptr};
+    p.device = std::make_shared<DeviceBuffer>(impl.cuda_context, t.ref.param.numel, want,
+                                              who + ": state '" + name + "'");
+    p.device->fill(impl.rule->initial_state_value(g.options, name), impl.cuda_stream);
+    out->push_back(std::move(p));
+  }
+}
+
 void install(PendingState& p) {
+  if (p.device) {
+    p.tensor->state.erase(p.name);
+    p.tensor->state16.erase(p.name);
+    p.tensor->device[p.name] = std::move(p.device);
+    return;
+  }
   if (p.dtype == DType::F32) {
     p.tensor->state16.erase(p.name);
     p.tensor->state[p.name] = std::move(p.f32);
@@ -71,6 +96,11 @@ void install(PendingState& p) {
 }
 
 void* state_pointer(Impl::Tensor& t, const std::string& name, DType dtype) {
+  if (t.ref.param.memory == Memory::Cuda) {
+    const DeviceBuffer& b = *t.device.at(name);
+    if (b.dtype() != dtype) internal_error("device state '" + name + "' has another dtype");
+    return b.data();
+  }
   if (dtype == DType::F32) return t.state.at(name).data();
   return t.state16.at(name).data();
 }

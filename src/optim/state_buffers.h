@@ -2,6 +2,7 @@
 // The Optimizer's per-tensor buffers under mixed precision (precision.h): which dtype each state
 // buffer has, creating it (or converting it when the group's state_dtype changed), and the
 // group-wide dtype rules. Used by optimizer.cpp (step) and state_io.cpp (load).
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct PendingState {
   DType dtype;
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
+  std::shared_ptr<DeviceBuffer> device;  // device tensors: the buffer, already filled
 };
 
 // Appends the buffers `t` lacks for group `g`'s kernel: the master copy from the param's values,
@@ -29,6 +31,12 @@ struct PendingState {
 // changed) converted (RNE to bf16, exact to f32).
 void plan_state(const UpdateRule& rule, const Optimizer::Impl::Group& g,
                 Optimizer::Impl::Tensor& t, std::vector<PendingState>* out);
+// The same for device tensors: buffers allocated in the optimizer's CUDA context and filled with
+// the rule's initial value on the step's stream (no master copies: 16-bit params are refused on
+// the device, device_support.h). Error if a buffer exists in the other dtype.
+void plan_device_state(const Optimizer::Impl& impl, const Optimizer::Impl::Group& g,
+                       Optimizer::Impl::Tensor& t, const std::string& who,
+                       std::vector<PendingState>* out);
 void install(PendingState& p);
 
 // The state buffer a kernel input reads (it exists: step() made it).

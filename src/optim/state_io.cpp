@@ -63,9 +63,54 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
 
 }  // namespace
 
+namespace {
+
+// A device tensor's state appended to `data` in the file's order (f32 buffers, then bf16 ones,
+// each by name), copied from the device; their names into `names` / `names16`. The caller has
+// synchronized the context.
+void append_device_state(const Optimizer::Impl::Tensor& t, std::string* data, Options* names,
+                         Options* names16) {
+  for (DType dtype : {DType::F32, DType::BF16})
+    for (const auto& [name, buf] : t.device) {
+      if (buf->dtype() != dtype) continue;
+      (dtype == DType::F32 ? names : names16)->push_back(name);
+      const size_t at = data->size();
+      data->resize(at + buf->bytes());
+      buf->download(data->data() + at);
+    }
+}
+
+// Loaded state moved to the device: every buffer allocated and copied before the optimizer is
+// touched, and the copies complete (cuMemcpyHtoD from pageable memory may return before the data
+// is on the device) before any step's kernel could read them.
+void load_to_device(void* context, std::vector<std::vector<Optimizer::Impl::Tensor>>* groups) {
+  for (auto& tensors : *groups)
+    for (auto& t : tensors) {
+      auto upload = [&](const std::string& name, const void* host, DType dtype) {
+        auto b = std::make_shared<optim::DeviceBuffer>(context, t.ref.param.numel, dtype,
+                                                       "state '" + name + "'");
+        b->upload(host);
+        t.device[name] = std::move(b);
+      };
+      for (const auto& [name, buf] : t.state) upload(name, buf.data(), DType::F32);
+      for (const auto& [name, buf] : t.state16) upload(name, buf.data(), DType::BF16);
+      t.state.clear();
+      t.state16.clear();
+    }
+  optim::synchronize(context);
+}
+
+}  // namespace
+
 void Optimizer::save_state(const std::string& path) const {
   Options header = {{"type", impl_->rule->type()}, {"groups", Options::array()}};
   std::string data;
+  // Device state is read as the steps queued so far (on any stream) leave it.
+  const bool on_device = std::any_of(impl_->groups.begin(), impl_->groups.end(), [](const auto& g) {
+    return std::any_of(g.tensors.begin(), g.tensors.end(),
+                       [](const auto& t) { return !t.device.empty(); });
+  });
+  if (on_device) optim::synchronize(impl_->cuda_context);
   for (const auto& g : impl_->groups) {
     Options tensors = Options::array();
     for (const auto& t : g.tensors) {
@@ -81,6 +126,7 @@ void Optimizer::save_state(const std::string& path) const {
         names16.push_back(name);
         append(&data, buf.data(), buf.size() * sizeof(uint16_t));
       }
+      append_device_state(t, &data, &names, &names16);
       Options entry = {{"numel", t.ref.param.numel}, {"step", t.step}, {"state", names}};
       if (!names16.empty()) entry["state_bf16"] = names16;
       if (!t.host.empty()) entry["host"] = t.host;  // JSON doubles print with 17 digits: exact
@@ -247,6 +293,10 @@ void Optimizer::load_state(const std::string& path) {
     throw bad(std::string("malformed header: ") + e.what());
   } catch (const Error& e) {
     throw bad(e.what());
+  }
+  if (impl_->memory == Memory::Cuda) {
+    optim::synchronize(impl_->cuda_context);  // no queued step still uses the buffers replaced
+    load_to_device(impl_->cuda_context, &loaded.tensors);
   }
   for (size_t gi = 0; gi < impl_->groups.size(); ++gi) {
     impl_->groups[gi].options = std::move(loaded.options[gi]);
