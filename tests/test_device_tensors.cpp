@@ -22,6 +22,7 @@
 #include "jit/cuda_driver.h"
 #include "optfuse/optfuse.h"
 #include "optfuse/optfuse.hpp"
+#include "optim/precision.h"
 
 namespace optfuse {
 namespace {
@@ -157,15 +158,40 @@ TEST(DeviceTensors, FeaturesNotYetOnTheDeviceAreNamed) {
                 opt->add_param_group({device_ref(0, 8)}, {{"grad_centralization", true}});
               }),
               HasSubstr("param group 0: grad_centralization"));
-  ParamRef half = device_ref(0, 8, "emb");
-  half.param.dtype = DType::BF16;
-  EXPECT_THAT(error_of([&] { opt->add_param_group({half}); }),
-              HasSubstr("param group 0: bf16 params (their f32 master copy) " + not_yet));
   EXPECT_EQ(opt->num_groups(), 0u);
   opt->add_param_group({device_ref(0, 8)}, {{"state_dtype", "bf16"}});  // f32 params: fine
   EXPECT_THAT(error_of([&] { opt->set(0, "grad_centralization", true); }),
               HasSubstr("param group 0: grad_centralization"));
   EXPECT_FALSE(opt->get(0, "grad_centralization").get<bool>());  // unchanged
+}
+
+// The kernel that makes a 16-bit device param's master copy: exact widening (checked on the CPU,
+// where its output can be read), and it compiles for CUDA.
+TEST(DeviceTensors, MasterCopyKernelWidensExactly) {
+  Engine cpu, gpu(compile_only_cuda());
+  for (DType t : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<uint16_t> param(70000);
+    for (size_t i = 0; i < param.size(); ++i)
+      param[i] = uint16_t(i * 7919u);  // every kind of value
+    std::vector<float> master(param.size(), -1.0f);
+    const Graph g = optim::master_copy_graph(t);
+    auto k = cpu.kernel(g);
+    KernelCall call;
+    for (const auto& in : k->signature().inputs)
+      call.inputs.push_back(in.role == Role::Param ? static_cast<void*>(param.data())
+                                                   : master.data());
+    call.outputs.assign(1, master.data());
+    call.n = int64_t(param.size());
+    k->run(call);
+    std::vector<float> want = optim::widen_to_f32(param.data(), t, call.n);
+    for (size_t i = 0; i < param.size(); ++i)
+      if (std::isnan(want[i]))
+        ASSERT_TRUE(std::isnan(master[i])) << i;
+      else
+        ASSERT_EQ(master[i], want[i]) << i;
+    gpu.precompile(g);  // PTX for it (throws if the CUDA backend refused it)
+  }
 }
 
 TEST(DeviceTensors, StreamForACpuOptimizerIsAnError) {
@@ -402,6 +428,41 @@ TEST(DeviceOptimizer, MatchesTheCpuOptimizer) {
       }
     }
   }
+}
+
+// bf16 params with f32 master copies made on the device (the same grads in f32).
+TEST(DeviceOptimizer, Bf16ParamsMatchTheCpu) {
+  REQUIRE_DEVICE();
+  EngineOptions o;
+  o.target = kGpuTarget;
+  Engine gpu(o), cpu;
+  const Options config = {{"type", "adamw"}, {"lr", 1e-2}, {"weight_decay", 0.1}};
+  const int64_t n = 100003;
+  std::vector<uint16_t> host_param(n);
+  std::vector<float> host_grad(n);
+  for (int64_t j = 0; j < n; ++j)
+    host_param[size_t(j)] = optim::to_bf16_bits(0.5f + 0.25f * std::sin(float(j)));
+  DeviceMem dev_param(host_param), dev_grad(host_grad);
+  auto on_gpu = Optimizer::create(gpu, config), on_cpu = Optimizer::create(cpu, config);
+  on_gpu->add_param_group({ParamRef{{dev_param.ptr(), n, {}, DType::BF16, Memory::Cuda},
+                                    {dev_grad.ptr(), n, {}, DType::F32, Memory::Cuda}}});
+  on_cpu->add_param_group(
+      {ParamRef{{host_param.data(), n, {}, DType::BF16}, {host_grad.data(), n, {}, DType::F32}}});
+  for (int k = 0; k < 3; ++k) {
+    for (int64_t j = 0; j < n; ++j) host_grad[size_t(j)] = 0.1f * std::cos(float(j + k));
+    dev_grad.upload(host_grad);
+    on_gpu->step();
+    on_cpu->step();
+  }
+  expect_close(on_gpu->state_values(0, 0, "master"), on_cpu->state_values(0, 0, "master"),
+               "master");
+  // The bf16 params: the same masters rounded, so equal or (a master a few ulp apart across a
+  // rounding boundary) one bf16 ulp apart.
+  std::vector<float> got =
+      optim::widen_to_f32(dev_param.download<uint16_t>().data(), DType::BF16, n);
+  std::vector<float> want = optim::widen_to_f32(host_param.data(), DType::BF16, n);
+  for (int64_t j = 0; j < n; ++j)
+    ASSERT_NEAR(got[size_t(j)], want[size_t(j)], std::fabs(want[size_t(j)]) / 128) << j;
 }
 
 TEST(DeviceOptimizer, SavedStateLoadsOnTheCpuAndBackOnTheDevice) {

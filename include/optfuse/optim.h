@@ -160,8 +160,8 @@ struct StepArgs {
 //     engine's optimizer takes host tensors only; the group, tensor and memory at fault are named
 //     otherwise (also for mixing host and device tensors in one optimizer);
 //   * state is allocated on the device (cuMemAlloc in the engine's context, filled with its
-//     initial value by cuMemset*Async on the step's stream) at the first step, freed with the
-//     optimizer; step() passes device pointers to the kernels on StepArgs::cuda_stream and makes
+//     initial value by cuMemset*Async on the step's stream; a 16-bit param's f32 master copy made
+//     from it by a kernel on that stream) at the first step, freed with the optimizer; step() passes device pointers to the kernels on StepArgs::cuda_stream and makes
 //     no host<->device copy (state(), state_bf16() are null: see state_ref, state_values);
 //   * save_state / load_state / state_values copy state explicitly between the device and the
 //     host, after waiting for all work in the engine's context (cuCtxSynchronize); the file format
@@ -169,8 +169,8 @@ struct StepArgs {
 //   * not yet on device tensors (Error at create / add_param_group / set naming the feature, all
 //     in src/optim/device_support.cpp): anything that needs a reduction kernel (clipping, loss
 //     scaling, gradient centralization, LAMB, LARS, custom rules with reductions), gradient
-//     accumulation, row-sparse gradients (sparseadam / lazyadam), and 16-bit params (their f32
-//     master copy); bf16 grads and "state_dtype": "bf16" work (state_dtype fixed once state exists).
+//     accumulation, and row-sparse gradients (sparseadam / lazyadam). Mixed precision works as on
+//     the CPU, except that "state_dtype" cannot change once a tensor has state.
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",

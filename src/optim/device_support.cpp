@@ -78,13 +78,6 @@ void check_device_group(Memory m, const UpdateRule& rule, const Options& options
                                       "trust ratios from norms: it needs GPU reductions)"));
 }
 
-void check_device_precision(Memory m, const Precision& p, const std::string& where) {
-  if (m != Memory::Cuda || !p.has_master()) return;
-  throw Error(where + ": " +
-              not_yet(std::string(dtype_name(p.param)) + " params (their f32 master copy)") +
-              " (f32 params with bf16 / f16 grads and \"state_dtype\": \"bf16\" are)");
-}
-
 void device_state_conversion(const std::string& who, const std::string& name) {
   throw Error(who + ": state '" + name +
               "' exists in the other dtype (state_dtype changed after "

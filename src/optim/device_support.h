@@ -4,9 +4,9 @@
 // An optimizer's memory is its engine's: CUDA device memory when the engine's target uses CUDA,
 // host memory otherwise; every param and grad must be in it. On device tensors, the features that
 // need a reduction kernel on the GPU (clipping, loss scaling, gradient centralization, LAMB, LARS,
-// custom rules with reductions), gradient accumulation, row-sparse gradients and 16-bit params are
-// refused here, each with an Error naming it: lifting one is a change to this file (and to the
-// step path it then reaches), nowhere else.
+// custom rules with reductions), gradient accumulation and row-sparse gradients are refused here,
+// each with an Error naming it: lifting one is a change to this file (and to the step path it then
+// reaches), nowhere else.
 #include <functional>
 #include <string>
 #include <vector>
@@ -34,8 +34,6 @@ void check_device_config(Memory m, const UpdateRule& rule, const StepOptions& st
 // a group's options, merged (create's defaults, add_param_group, set);
 void check_device_group(Memory m, const UpdateRule& rule, const Options& options,
                         const std::string& where);
-// a group's dtypes (add_param_group, set);
-void check_device_precision(Memory m, const Precision& p, const std::string& where);
 // state kept in one dtype asked for in the other (state_dtype changed after the first step).
 [[noreturn]] void device_state_conversion(const std::string& who, const std::string& name);
 // a step's arguments.

@@ -268,8 +268,7 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
   optim::check_group_memory(params, impl_->groups.empty() ? nullptr : &impl_->memory,
                             impl_->memory, impl_->engine->target_string(),
                             [&](size_t ti) { return Impl::where(gi, ti, params[ti]); });
-  optim::check_device_precision(impl_->memory, optim::tensors_precision(g.options, params, gi),
-                                where);
+  optim::tensors_precision(g.options, params, gi);
   std::vector<Span> spans = all_spans(impl_->groups);
   for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
     const ParamRef& r = g.tensors[ti].ref;

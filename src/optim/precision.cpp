@@ -127,6 +127,14 @@ class PrecisionRewriter {
 
 }  // namespace
 
+Graph master_copy_graph(DType param) {
+  Graph gr("master_copy_" + std::string(dtype_name(param)));
+  Value master = gr.state(kMasterState, DType::F32), p = gr.param("param", param);
+  (void)master;  // written, never read
+  gr.output(kMasterState, cast(p, DType::F32));
+  return gr;
+}
+
 Graph apply_precision(const Graph& rule_graph, const Precision& p) {
   if (!p.has_master() && p.grad == DType::F32 && p.state == DType::F32) return rule_graph;
   return PrecisionRewriter(rule_graph, p).run();

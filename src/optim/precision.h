@@ -53,6 +53,10 @@ Precision group_precision(const Options& h, DType param, DType grad, const std::
 // The rule's f32 graph rewritten for `p` (unchanged when everything is f32).
 Graph apply_precision(const Graph& rule_graph, const Precision& p);
 
+// "master = f32(param)" for a param of dtype `param`: makes a 16-bit param's master copy where
+// the param cannot be read on the host (device tensors); the CPU path widens on the host.
+Graph master_copy_graph(DType param);
+
 // The state buffers a tensor keeps: the rule's, plus the master copy for 16-bit params.
 std::vector<std::string> precision_state_names(std::vector<std::string> rule_names,
                                                const Precision& p);

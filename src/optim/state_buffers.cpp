@@ -41,7 +41,7 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
     auto f32 = t.state.find(name);
     auto b16 = t.state16.find(name);
     if (want == DType::F32 ? f32 != t.state.end() : b16 != t.state16.end()) continue;
-    PendingState p{&t, name, want, {}, {}};
+    PendingState p{&t, name, want, {}, {}, nullptr};
     if (name == kMasterState) {
       p.f32 = widen_to_f32(t.ref.param.data, t.ref.param.dtype, t.ref.param.numel);
     } else if (want == DType::F32 && b16 != t.state16.end()) {
@@ -61,11 +61,28 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
   }
 }
 
+namespace {
+
+// The master copy of a 16-bit device param, made by a kernel on the step's stream (ordered before
+// the update that reads it): no copy through the host.
+void copy_master_on_device(const Impl& impl, const Impl::Tensor& t, DeviceBuffer& master) {
+  auto k = impl.engine->kernel(master_copy_graph(t.ref.param.dtype));
+  KernelCall call;
+  for (const auto& in : k->signature().inputs)
+    call.inputs.push_back(in.role == Role::Param ? t.ref.param.data : master.data());
+  call.outputs.assign(1, master.data());
+  call.n = t.ref.param.numel;
+  call.device = true;
+  call.cuda_stream = impl.cuda_stream;
+  k->run(call);
+}
+
+}  // namespace
+
 void plan_device_state(const Impl& impl, const Impl::Group& g, Impl::Tensor& t,
                        const std::string& who, std::vector<PendingState>* out) {
   for (const auto& name : g.state_names) {
     if (name == kGradAccum) continue;  // (accumulation is refused on the device)
-    if (name == kMasterState) internal_error("a master copy for a device tensor");
     const DType want = state_buffer_dtype(name, g.precision);
     if (auto it = t.device.find(name); it != t.device.end()) {
       if (it->second->dtype() != want) device_state_conversion(who, name);
@@ -74,7 +91,10 @@ void plan_device_state(const Impl& impl, const Impl::Group& g, Impl::Tensor& t,
     PendingState p{&t, name, want, {}, {}, nullptr};
     p.device = std::make_shared<DeviceBuffer>(impl.cuda_context, t.ref.param.numel, want,
                                               who + ": state '" + name + "'");
-    p.device->fill(impl.rule->initial_state_value(g.options, name), impl.cuda_stream);
+    if (name == kMasterState)
+      copy_master_on_device(impl, t, *p.device);
+    else
+      p.device->fill(impl.rule->initial_state_value(g.options, name), impl.cuda_stream);
     out->push_back(std::move(p));
   }
 }
