@@ -93,7 +93,7 @@ int optfuse_optimizer_add_group_typed(optfuse_optimizer* opt, size_t n, void* co
  * after waiting for the device. Host pointers to such an optimizer, device pointers to a CPU
  * engine's optimizer, and a mix of both are errors (OPTFUSE_ERR_INVALID, message naming the group
  * and tensor), as are the features not yet available on the device: clipping, loss scaling,
- * accumulation, grad_centralization, LAMB, LARS and sparse gradients. */
+ * grad_centralization, LAMB, LARS and sparse gradients. */
 int optfuse_optimizer_add_group_device(optfuse_optimizer* opt, size_t n, void* const* params,
                                        optfuse_dtype param_dtype, void* const* grads,
                                        optfuse_dtype grad_dtype, const int64_t* numels,

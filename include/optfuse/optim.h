@@ -168,9 +168,10 @@ struct StepArgs {
 //     is the same, so state saved on a GPU loads on the CPU and back;
 //   * not yet on device tensors (Error at create / add_param_group / set naming the feature, all
 //     in src/optim/device_support.cpp): anything that needs a reduction kernel (clipping, loss
-//     scaling, gradient centralization, LAMB, LARS, custom rules with reductions), gradient
-//     accumulation, and row-sparse gradients (sparseadam / lazyadam). Mixed precision works as on
-//     the CPU, except that "state_dtype" cannot change once a tensor has state.
+//     scaling, gradient centralization, LAMB, LARS, custom rules with reductions) and row-sparse
+//     gradients (sparseadam / lazyadam). Gradient accumulation (its buffers on the device) and
+//     mixed precision work as on the CPU, except that "state_dtype" cannot change once a tensor
+//     has state.
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",

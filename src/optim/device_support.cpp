@@ -63,8 +63,6 @@ void check_device_config(Memory m, const UpdateRule& rule, const StepOptions& st
     throw Error(where + not_yet("max_grad_norm (global-norm clipping needs a GPU reduction)"));
   if (step.loss_scaling())
     throw Error(where + not_yet("loss_scale (the overflow check needs a GPU reduction)"));
-  if (step.accumulating())
-    throw Error(where + not_yet("accumulation_steps (gradient accumulation buffers)"));
 }
 
 void check_device_group(Memory m, const UpdateRule& rule, const Options& options,

@@ -68,11 +68,13 @@ namespace {
 // A device tensor's state appended to `data` in the file's order (f32 buffers, then bf16 ones,
 // each by name), copied from the device; their names into `names` / `names16`. The caller has
 // synchronized the context.
-void append_device_state(const Optimizer::Impl::Tensor& t, std::string* data, Options* names,
-                         Options* names16) {
+void append_device_state(const Optimizer::Impl& impl, const Optimizer::Impl::Tensor& t,
+                         std::string* data, Options* names, Options* names16) {
   for (DType dtype : {DType::F32, DType::BF16})
     for (const auto& [name, buf] : t.device) {
       if (buf->dtype() != dtype) continue;
+      // Between accumulation cycles the buffer holds nothing the next step reads.
+      if (name == optim::kGradAccum && impl.control.micro == 0) continue;
       (dtype == DType::F32 ? names : names16)->push_back(name);
       const size_t at = data->size();
       data->resize(at + buf->bytes());
@@ -126,7 +128,7 @@ void Optimizer::save_state(const std::string& path) const {
         names16.push_back(name);
         append(&data, buf.data(), buf.size() * sizeof(uint16_t));
       }
-      append_device_state(t, &data, &names, &names16);
+      append_device_state(*impl_, t, &data, &names, &names16);
       Options entry = {{"numel", t.ref.param.numel}, {"step", t.step}, {"state", names}};
       if (!names16.empty()) entry["state_bf16"] = names16;
       if (!t.host.empty()) entry["host"] = t.host;  // JSON doubles print with 17 digits: exact

@@ -33,15 +33,42 @@ WorkerPool* pool_for(Impl& impl, size_t small) {
 
 // ---- accumulation micro-steps --------------------------------------------------------------
 
-void run_accumulate(const Kernel& k, Impl::Tensor& t, KernelCall* call) {
+// The accumulation buffer of `t`: on the device for device tensors, else on the host.
+void* accum_pointer(Impl::Tensor& t) {
+  if (auto it = t.device.find(kGradAccum); it != t.device.end()) return it->second->data();
+  return t.state.at(kGradAccum).data();
+}
+
+void run_accumulate(const Impl& impl, const Kernel& k, Impl::Tensor& t, KernelCall* call) {
   const KernelSignature& sig = k.signature();
   call->inputs.resize(sig.inputs.size());
   for (size_t i = 0; i < sig.inputs.size(); ++i)
-    call->inputs[i] = sig.inputs[i].role == Role::Grad ? static_cast<void*>(t.ref.grad.data)
-                                                       : t.state.at(kGradAccum).data();
-  call->outputs.assign(1, t.state.at(kGradAccum).data());
+    call->inputs[i] = sig.inputs[i].role == Role::Grad ? t.ref.grad.data : accum_pointer(t);
+  call->outputs.assign(1, accum_pointer(t));
   call->n = t.ref.param.numel;
+  call->device = impl.memory == Memory::Cuda;
+  call->cuda_stream = impl.cuda_stream;
   k.run(*call);
+}
+
+// Accumulation buffers for every tensor lacking one, all made before any is installed: host
+// vectors, or device buffers (uninitialized: the first micro-step's kernel writes every element).
+void make_accum_buffers(Impl& impl) {
+  std::vector<std::pair<Impl::Tensor*, std::vector<float>>> host;
+  std::vector<std::pair<Impl::Tensor*, std::shared_ptr<DeviceBuffer>>> device;
+  for (size_t gi = 0; gi < impl.groups.size(); ++gi)
+    for (size_t ti = 0; ti < impl.groups[gi].tensors.size(); ++ti) {
+      Impl::Tensor& t = impl.groups[gi].tensors[ti];
+      if (t.state.count(kGradAccum) || t.device.count(kGradAccum)) continue;
+      if (impl.memory == Memory::Cuda)
+        device.emplace_back(&t, std::make_shared<DeviceBuffer>(
+                                    impl.cuda_context, t.ref.param.numel, DType::F32,
+                                    Impl::where(gi, ti, t.ref) + ": state '" + kGradAccum + "'"));
+      else
+        host.emplace_back(&t, std::vector<float>(static_cast<size_t>(t.ref.param.numel)));
+    }
+  for (auto& [t, buf] : host) t->state.emplace(kGradAccum, std::move(buf));
+  for (auto& [t, buf] : device) t->device.emplace(kGradAccum, std::move(buf));
 }
 
 // One micro-step before the k-th: grad_accum = grad (first) or grad_accum += grad, one kernel
@@ -56,15 +83,10 @@ void accumulate(Impl& impl, bool first) {
       if (!slot) slot = impl.engine->kernel(accumulate_graph(first, t.ref.grad.dtype));
     }
   auto kernel_of = [&](const Impl::Tensor& t) -> const Kernel& { return *slots.at(t.ref.grad.dtype); };
-  if (first) {  // buffers, all allocated before any is installed
-    std::vector<std::pair<Impl::Tensor*, std::vector<float>>> fresh;
-    for (auto& g : impl.groups)
-      for (auto& t : g.tensors)
-        if (!t.state.count(kGradAccum))
-          fresh.emplace_back(&t, std::vector<float>(static_cast<size_t>(t.ref.param.numel)));
-    for (auto& [t, buf] : fresh) t->state.emplace(kGradAccum, std::move(buf));
-  }
-  const int64_t single_task = impl.engine->options().schedule.min_task;
+  if (first) make_accum_buffers(impl);
+  // (Device tensors: every launch from this thread, in order, on the step's stream.)
+  const int64_t single_task =
+      impl.memory == Memory::Cuda ? -1 : impl.engine->options().schedule.min_task;
   std::vector<Impl::Tensor*> small;
   KernelCall call;
   for (auto& g : impl.groups)
@@ -72,11 +94,11 @@ void accumulate(Impl& impl, bool first) {
       if (t.ref.param.numel <= single_task)
         small.push_back(&t);
       else
-        run_accumulate(kernel_of(t), t, &call);
+        run_accumulate(impl, kernel_of(t), t, &call);
     }
   WorkerPool* pool = pool_for(impl, small.size());
   if (!pool) {
-    for (Impl::Tensor* t : small) run_accumulate(kernel_of(*t), *t, &call);
+    for (Impl::Tensor* t : small) run_accumulate(impl, kernel_of(*t), *t, &call);
     return;
   }
   const size_t threads = static_cast<size_t>(pool->threads());
@@ -84,7 +106,7 @@ void accumulate(Impl& impl, bool first) {
     KernelCall local;
     size_t p = static_cast<size_t>(part);
     for (size_t i = small.size() * p / threads; i < small.size() * (p + 1) / threads; ++i)
-      run_accumulate(kernel_of(*small[i]), *small[i], &local);
+      run_accumulate(impl, kernel_of(*small[i]), *small[i], &local);
   });
 }
 
