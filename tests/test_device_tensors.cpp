@@ -131,6 +131,13 @@ TEST(DeviceTensors, CudaEngineRejectsHostTensorsAndTakesDeviceOnes) {
   EXPECT_EQ(s.data, nullptr);
   EXPECT_EQ(s.memory, Memory::Cuda);
   EXPECT_EQ(opt->state(0, 0, "exp_avg"), nullptr);
+  // Its state file (no state yet) saves; loading needs a CUDA context, which it lacks.
+  const std::string file = testing::TempDir() + "optfuse_compile_only_" + std::to_string(getpid());
+  opt->save_state(file);
+  EXPECT_THAT(error_of([&] { opt->load_state(file); }),
+              HasSubstr("cannot be loaded onto device tensors by an optimizer of a compile-only "
+                        "engine"));
+  std::remove(file.c_str());
 }
 
 TEST(DeviceTensors, FeaturesNotYetOnTheDeviceAreNamed) {
@@ -498,6 +505,28 @@ TEST(DeviceOptimizer, AccumulationMatchesTheCpu) {
     EXPECT_EQ(*from_file->state(0, i, "grad_accum"), on_cpu->state_values(0, i, "grad_accum"));
   }
   std::remove(file.c_str());
+}
+
+// A host pointer labelled Memory::Cuda is refused before any kernel could fault on it.
+TEST(DeviceOptimizer, HostPointersLabelledCudaAreRefused) {
+  REQUIRE_DEVICE();
+  EngineOptions o;
+  o.target = kGpuTarget;
+  Engine gpu(o);
+  auto opt = Optimizer::create(gpu, {{"type", "sgd"}, {"lr", 0.1}});
+  Twin m({64});
+  std::vector<float> host(64);
+  ParamRef bad = m.device_refs(0, 1)[0];
+  bad.grad.data = host.data();
+  EXPECT_THAT(error_of([&] { opt->add_param_group({bad}); }),
+              HasSubstr("param group 0, tensor 0 ('t0'): grad pointer (Memory::Cuda) is not CUDA "
+                        "memory"));
+  EXPECT_EQ(opt->num_groups(), 0u);
+  opt->add_param_group(m.device_refs(0, 1));
+  EXPECT_THAT(error_of([&] {
+                opt->set_grad(0, 0, {host.data(), 64, {}, DType::F32, Memory::Cuda});
+              }),
+              HasSubstr("grad pointer (Memory::Cuda) is not CUDA memory"));
 }
 
 TEST(DeviceOptimizer, SavedStateLoadsOnTheCpuAndBackOnTheDevice) {

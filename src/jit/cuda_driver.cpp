@@ -58,6 +58,7 @@ LoadedDriver load_driver() {
   get(cu.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   get(cu.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   get(cu.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
+  get(cu.cuPointerGetAttribute, "cuPointerGetAttribute");
   get(cu.cuGetErrorName, "cuGetErrorName");
   if (!missing.empty()) {
     d.problem = "the CUDA driver (libcuda.so.1) lacks " + missing;

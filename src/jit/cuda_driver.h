@@ -34,6 +34,7 @@ struct CudaDriver {
   int (*cuMemcpyHtoD)(CuDevicePtr dst, const void* src, size_t bytes) = nullptr;
   int (*cuMemcpyDtoH)(void* dst, CuDevicePtr src, size_t bytes) = nullptr;
   int (*cuMemcpyDtoD)(CuDevicePtr dst, CuDevicePtr src, size_t bytes) = nullptr;
+  int (*cuPointerGetAttribute)(void* data, int attribute, CuDevicePtr ptr) = nullptr;
   int (*cuGetErrorName)(int result, const char** name) = nullptr;
 
   // Throws Error "`what` failed: CUresult <n> <NAME>" unless rc is 0.

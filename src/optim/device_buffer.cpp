@@ -59,6 +59,21 @@ void DeviceBuffer::download(void* host) const {
   cu.check(cu.cuMemcpyDtoH(host, ptr_, bytes()), "cuMemcpyDtoH (optimizer state)");
 }
 
+std::string device_pointer_problem(void* context, const void* ptr) {
+  constexpr int kMemoryTypeAttribute = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+  constexpr unsigned kHostMemory = 1;      // CU_MEMORYTYPE_HOST
+  constexpr int kInvalidValue = 1;         // CUDA_ERROR_INVALID_VALUE: not a CUDA pointer
+  const jit::CudaDriver& cu = jit::cuda_driver();
+  jit::CudaContextScope scope(context);
+  unsigned type = 0;
+  int rc = cu.cuPointerGetAttribute(
+      &type, kMemoryTypeAttribute, static_cast<jit::CuDevicePtr>(reinterpret_cast<uintptr_t>(ptr)));
+  if (rc == kInvalidValue) return "is not CUDA memory (the driver does not know it)";
+  if (rc == 0 && type == kHostMemory)
+    return "is host memory registered with CUDA, not device memory";
+  return "";
+}
+
 void synchronize(void* context) {
   const jit::CudaDriver& cu = jit::cuda_driver();
   jit::CudaContextScope scope(context);

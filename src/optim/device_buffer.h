@@ -43,4 +43,9 @@ class DeviceBuffer {
 // cuCtxSynchronize in `context`: every kernel and copy queued on any of its streams is done.
 void synchronize(void* context);
 
+// Why `ptr` is certainly not memory a CUDA kernel can use as a device pointer: not known to the
+// driver (e.g. a plain host pointer) or host memory registered with CUDA; "" when it is device or
+// managed memory, or when the driver cannot tell (no question is answered by guessing).
+std::string device_pointer_problem(void* context, const void* ptr);
+
 }  // namespace optfuse::optim

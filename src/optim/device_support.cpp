@@ -2,6 +2,7 @@
 
 #include "jit/halide_bridge.h"
 #include "optfuse/error.h"
+#include "optim/device_buffer.h"
 
 namespace optfuse {
 
@@ -53,6 +54,15 @@ void check_grad_memory(const TensorRef& grad, Memory engine, const std::string& 
   if (grad.memory != engine)
     throw Error(who + ": the new grad is in " + memory_text(grad.memory) +
                 " but this optimizer's tensors are in " + memory_text(engine));
+}
+
+void check_device_pointer(void* context, const TensorRef& t, const char* what,
+                          const std::string& who) {
+  if (!context || t.memory != Memory::Cuda || !t.data) return;
+  std::string problem = device_pointer_problem(context, t.data);
+  if (!problem.empty())
+    throw Error(who + ": " + what + " pointer (Memory::Cuda) " + problem +
+                "; give a CUDA device pointer, or host tensors to an engine with a CPU target");
 }
 
 void check_device_config(Memory m, const UpdateRule& rule, const StepOptions& step) {

@@ -27,6 +27,11 @@ Memory engine_memory(const Engine& engine);
 void check_group_memory(const std::vector<ParamRef>& params, const Memory* existing, Memory engine,
                         const std::string& target, const std::function<std::string(size_t)>& who);
 void check_grad_memory(const TensorRef& grad, Memory engine, const std::string& who);
+// Device tensors with a CUDA context (not compile-only engines): the driver knows `t.data` as
+// device (or managed) memory; Error naming `what` and `who` otherwise. A host pointer mislabelled
+// Memory::Cuda would otherwise fault inside a kernel, a sticky error that ends the CUDA context.
+void check_device_pointer(void* context, const TensorRef& t, const char* what,
+                          const std::string& who);
 
 // Device tensors only (no-ops for Memory::Host):
 // the optimizer-wide features (Optimizer::create);

@@ -215,7 +215,8 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
   auto impl = std::make_unique<Impl>();
   impl->engine = &engine;
   impl->memory = optim::engine_memory(engine);
-  impl->cuda_context = engine.options().cuda_context;
+  // (Null for a compile-only engine: it has no context, and its optimizers never run.)
+  impl->cuda_context = engine.options().compile_only ? nullptr : engine.options().cuda_context;
   optim::check_device_config(impl->memory, *parsed.rule, parsed.step);
   optim::check_device_group(impl->memory, *parsed.rule, parsed.defaults, "optimizer config");
   impl->rule = std::move(parsed.rule);
@@ -268,6 +269,12 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
   optim::check_group_memory(params, impl_->groups.empty() ? nullptr : &impl_->memory,
                             impl_->memory, impl_->engine->target_string(),
                             [&](size_t ti) { return Impl::where(gi, ti, params[ti]); });
+  for (size_t ti = 0; ti < params.size(); ++ti) {
+    optim::check_device_pointer(impl_->cuda_context, params[ti].param, "param",
+                                Impl::where(gi, ti, params[ti]));
+    optim::check_device_pointer(impl_->cuda_context, params[ti].grad, "grad",
+                                Impl::where(gi, ti, params[ti]));
+  }
   optim::tensors_precision(g.options, params, gi);
   std::vector<Span> spans = all_spans(impl_->groups);
   for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
@@ -312,6 +319,7 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
   if (impl_->rule->sparse_grads()) throw Error(who + ": " + no_dense_grads(impl_->rule->type()));
   check_tensor(grad, "grad", who);
   optim::check_grad_memory(grad, impl_->memory, who);
+  optim::check_device_pointer(impl_->cuda_context, grad, "grad", who);
   if (grad.dtype != t.ref.grad.dtype)
     throw Error(who + ": the new grad's dtype " + std::string(dtype_name(grad.dtype)) +
                 " differs from the group's grad dtype " + std::string(dtype_name(t.ref.grad.dtype)));

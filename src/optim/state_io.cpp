@@ -297,6 +297,9 @@ void Optimizer::load_state(const std::string& path) {
     throw bad(e.what());
   }
   if (impl_->memory == Memory::Cuda) {
+    if (!impl_->cuda_context)
+      throw Error("optimizer state file '" + path + "': cannot be loaded onto device tensors by " +
+                  "an optimizer of a compile-only engine (it has no CUDA context)");
     optim::synchronize(impl_->cuda_context);  // no queued step still uses the buffers replaced
     load_to_device(impl_->cuda_context, &loaded.tensors);
   }
