@@ -4,9 +4,9 @@
 // engine, mixing), the features refused on the device, a stream given to a CPU optimizer, and the
 // C API's error texts. CUDA engines that would run kernels need a device, so the CUDA-side checks
 // use compile-only engines (they accept device tensors; kernel() and so step() throw).
-// With a GPU (scripts/gpu_check.sh): AdamW, SGD, Adagrad and bf16-state AdamW on device tensors
-// against the same optimizer on the CPU, on the default stream and on a stream of our own; bf16
-// params (master copies made on the device); gradient accumulation; save / load of device state
+// With a GPU (scripts/gpu_check.sh): AdamW, SGD and Adagrad on device tensors against the same
+// optimizer on the CPU, on the default stream and on a stream of our own; f16 params (master
+// copies made on the device); gradient accumulation; save / load of device state
 // (to a CPU optimizer and back to a GPU one); the C API. These skip with "no CUDA device: ..."
 // where there is none.
 #include <dlfcn.h>
@@ -166,10 +166,44 @@ TEST(DeviceTensors, FeaturesNotYetOnTheDeviceAreNamed) {
               }),
               HasSubstr("param group 0: grad_centralization"));
   EXPECT_EQ(opt->num_groups(), 0u);
-  opt->add_param_group({device_ref(0, 8)}, {{"state_dtype", "bf16"}});  // f32 params: fine
+  // bf16 stores do not compile for CUDA (Halide 14 + LLVM 14 abort): refused, not attempted.
+  const std::string no_bf16 = "which Halide 14 + LLVM 14 cannot compile for NVPTX";
+  EXPECT_THAT(create({{"type", "adamw"}, {"state_dtype", "bf16"}}),
+              HasSubstr("optimizer config: \"state_dtype\": \"bf16\" " + not_yet));
+  EXPECT_THAT(error_of([&] {
+                opt->add_param_group({device_ref(0, 8)}, {{"state_dtype", "bf16"}});
+              }),
+              HasSubstr(no_bf16));
+  ParamRef bf16 = device_ref(0, 8, "emb");
+  bf16.param.dtype = DType::BF16;
+  EXPECT_THAT(error_of([&] { opt->add_param_group({bf16}); }),
+              HasSubstr("param group 0: bf16 params " + not_yet));
+  EXPECT_EQ(opt->num_groups(), 0u);
+  ParamRef f16 = device_ref(0, 8, "emb");
+  f16.param.dtype = DType::F16;
+  opt->add_param_group({f16});  // f16 params: fine
+  EXPECT_THAT(error_of([&] { opt->set(0, "state_dtype", "bf16"); }), HasSubstr(no_bf16));
   EXPECT_THAT(error_of([&] { opt->set(0, "grad_centralization", true); }),
               HasSubstr("param group 0: grad_centralization"));
   EXPECT_FALSE(opt->get(0, "grad_centralization").get<bool>());  // unchanged
+}
+
+// A state file whose options a device optimizer cannot run is refused before anything changes.
+TEST(DeviceTensors, LoadingBf16StateOntoTheDeviceIsAnError) {
+  Engine cpu, gpu(compile_only_cuda());
+  std::vector<float> p(8, 1.0f), g(8, 0.5f);
+  auto host = Optimizer::create(cpu, {{"type", "adamw"}, {"state_dtype", "bf16"}});
+  host->add_param_group({ParamRef{{p.data(), 8}, {g.data(), 8}}});
+  host->step();
+  const std::string file = testing::TempDir() + "optfuse_bf16_" + std::to_string(getpid());
+  host->save_state(file);
+  auto dev = Optimizer::create(gpu, {{"type", "adamw"}});
+  dev->add_param_group({device_ref(0, 8)});
+  EXPECT_THAT(error_of([&] { dev->load_state(file); }),
+              HasSubstr("param group 0: \"state_dtype\": \"bf16\" is not supported on CUDA device "
+                        "tensors yet"));
+  EXPECT_EQ(dev->get(0, "state_dtype"), "f32");
+  std::remove(file.c_str());
 }
 
 // The kernel that makes a 16-bit device param's master copy: exact widening (checked on the CPU,
@@ -396,10 +430,6 @@ TEST(DeviceOptimizer, MatchesTheCpuOptimizer) {
        {{"type", "adagrad"}, {"lr", 0.1}, {"initial_accumulator_value", 0.25}},
        {},
        {"sum"}},
-      {"adamw bf16 state",
-       {{"type", "adamw"}, {"lr", 1e-2}},
-       {{"state_dtype", "bf16"}},
-       {"exp_avg", "exp_avg_sq"}},
   };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
@@ -437,8 +467,8 @@ TEST(DeviceOptimizer, MatchesTheCpuOptimizer) {
   }
 }
 
-// bf16 params with f32 master copies made on the device (the same grads in f32).
-TEST(DeviceOptimizer, Bf16ParamsMatchTheCpu) {
+// f16 params with f32 master copies made on the device (the same grads in f32).
+TEST(DeviceOptimizer, F16ParamsMatchTheCpu) {
   REQUIRE_DEVICE();
   EngineOptions o;
   o.target = kGpuTarget;
@@ -448,13 +478,13 @@ TEST(DeviceOptimizer, Bf16ParamsMatchTheCpu) {
   std::vector<uint16_t> host_param(n);
   std::vector<float> host_grad(n);
   for (int64_t j = 0; j < n; ++j)
-    host_param[size_t(j)] = optim::to_bf16_bits(0.5f + 0.25f * std::sin(float(j)));
+    host_param[size_t(j)] = uint16_t(0x3800 + j % 1024);  // f16 values in [0.5, 1)
   DeviceMem dev_param(host_param), dev_grad(host_grad);
   auto on_gpu = Optimizer::create(gpu, config), on_cpu = Optimizer::create(cpu, config);
-  on_gpu->add_param_group({ParamRef{{dev_param.ptr(), n, {}, DType::BF16, Memory::Cuda},
+  on_gpu->add_param_group({ParamRef{{dev_param.ptr(), n, {}, DType::F16, Memory::Cuda},
                                     {dev_grad.ptr(), n, {}, DType::F32, Memory::Cuda}}});
   on_cpu->add_param_group(
-      {ParamRef{{host_param.data(), n, {}, DType::BF16}, {host_grad.data(), n, {}, DType::F32}}});
+      {ParamRef{{host_param.data(), n, {}, DType::F16}, {host_grad.data(), n, {}, DType::F32}}});
   for (int k = 0; k < 3; ++k) {
     for (int64_t j = 0; j < n; ++j) host_grad[size_t(j)] = 0.1f * std::cos(float(j + k));
     dev_grad.upload(host_grad);
@@ -463,13 +493,13 @@ TEST(DeviceOptimizer, Bf16ParamsMatchTheCpu) {
   }
   expect_close(on_gpu->state_values(0, 0, "master"), on_cpu->state_values(0, 0, "master"),
                "master");
-  // The bf16 params: the same masters rounded, so equal or (a master a few ulp apart across a
-  // rounding boundary) one bf16 ulp apart.
+  // The f16 params: the same masters rounded, so equal or (a master a few ulp apart across a
+  // rounding boundary) one f16 ulp apart.
   std::vector<float> got =
-      optim::widen_to_f32(dev_param.download<uint16_t>().data(), DType::BF16, n);
-  std::vector<float> want = optim::widen_to_f32(host_param.data(), DType::BF16, n);
+      optim::widen_to_f32(dev_param.download<uint16_t>().data(), DType::F16, n);
+  std::vector<float> want = optim::widen_to_f32(host_param.data(), DType::F16, n);
   for (int64_t j = 0; j < n; ++j)
-    ASSERT_NEAR(got[size_t(j)], want[size_t(j)], std::fabs(want[size_t(j)]) / 128) << j;
+    ASSERT_NEAR(got[size_t(j)], want[size_t(j)], std::fabs(want[size_t(j)]) / 512) << j;
 }
 
 // Gradient accumulation with its buffers on the device: two cycles of 3 micro-steps, and a state

@@ -93,7 +93,8 @@ int optfuse_optimizer_add_group_typed(optfuse_optimizer* opt, size_t n, void* co
  * after waiting for the device. Host pointers to such an optimizer, device pointers to a CPU
  * engine's optimizer, and a mix of both are errors (OPTFUSE_ERR_INVALID, message naming the group
  * and tensor), as are the features not yet available on the device: clipping, loss scaling,
- * grad_centralization, LAMB, LARS and sparse gradients. */
+ * grad_centralization, LAMB, LARS, sparse gradients, bf16 params and "state_dtype": "bf16" (f16
+ * params and 16-bit grads work). */
 int optfuse_optimizer_add_group_device(optfuse_optimizer* opt, size_t n, void* const* params,
                                        optfuse_dtype param_dtype, void* const* grads,
                                        optfuse_dtype grad_dtype, const int64_t* numels,

@@ -39,8 +39,8 @@ void check_device_config(Memory m, const UpdateRule& rule, const StepOptions& st
 // a group's options, merged (create's defaults, add_param_group, set);
 void check_device_group(Memory m, const UpdateRule& rule, const Options& options,
                         const std::string& where);
-// state kept in one dtype asked for in the other (state_dtype changed after the first step).
-[[noreturn]] void device_state_conversion(const std::string& who, const std::string& name);
+// a group's param dtype (add_param_group);
+void check_device_params(Memory m, DType param, const std::string& where);
 // a step's arguments.
 void check_step_args(Memory m, const StepArgs& args);
 

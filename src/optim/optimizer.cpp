@@ -275,7 +275,8 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
     optim::check_device_pointer(impl_->cuda_context, params[ti].grad, "grad",
                                 Impl::where(gi, ti, params[ti]));
   }
-  optim::tensors_precision(g.options, params, gi);
+  optim::check_device_params(impl_->memory, optim::tensors_precision(g.options, params, gi).param,
+                             where);
   std::vector<Span> spans = all_spans(impl_->groups);
   for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
     const ParamRef& r = g.tensors[ti].ref;

@@ -85,7 +85,8 @@ void plan_device_state(const Impl& impl, const Impl::Group& g, Impl::Tensor& t,
     if (name == kGradAccum) continue;  // (accumulation is refused on the device)
     const DType want = state_buffer_dtype(name, g.precision);
     if (auto it = t.device.find(name); it != t.device.end()) {
-      if (it->second->dtype() != want) device_state_conversion(who, name);
+      // (bf16 state is refused on the device, so state_dtype cannot have changed.)
+      if (it->second->dtype() != want) internal_error(who + ": device state '" + name + "' changed dtype");
       continue;
     }
     PendingState p{&t, name, want, {}, {}, nullptr};

@@ -24,6 +24,7 @@
 #include "optfuse/error.h"
 #include "optim/optimizer_impl.h"
 #include "optim/options.h"
+#include "optim/device_support.h"
 #include "optim/precision.h"
 #include "optim/state_buffers.h"
 
@@ -296,6 +297,12 @@ void Optimizer::load_state(const std::string& path) {
   } catch (const Error& e) {
     throw bad(e.what());
   }
+  for (size_t gi = 0; gi < loaded.options.size(); ++gi)  // e.g. a file's "state_dtype": "bf16"
+    try {
+      optim::check_device_group(impl_->memory, *impl_->rule, loaded.options[gi], Optimizer::Impl::where(gi));
+    } catch (const Error& e) {
+      throw bad(e.what());
+    }
   if (impl_->memory == Memory::Cuda) {
     if (!impl_->cuda_context)
       throw Error("optimizer state file '" + path + "': cannot be loaded onto device tensors by " +
