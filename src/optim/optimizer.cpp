@@ -208,7 +208,20 @@ void run_group(Impl& impl, Impl::Group& g, const std::vector<const Impl::Tensor*
 }  // namespace
 
 Optimizer::Optimizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Optimizer::~Optimizer() = default;
+Optimizer::~Optimizer() {
+  // Device state is freed with the Impl: not while a step queued on the caller's stream still
+  // uses it (cuMemFree does not promise to wait for other streams).
+  if (impl_->memory != Memory::Cuda || !impl_->cuda_context) return;
+  for (const auto& g : impl_->groups)
+    for (const auto& t : g.tensors)
+      if (!t.device.empty()) {
+        try {
+          optim::synchronize(impl_->cuda_context);
+        } catch (...) {  // a destructor cannot report it; the memory is freed all the same
+        }
+        return;
+      }
+}
 
 std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& config) {
   optim::ParsedConfig parsed = optim::parse_config(config);
