@@ -80,4 +80,7 @@ struct Optimizer::Impl {
   static std::string where(size_t group, size_t index, const ParamRef& ref);
 };
 
+// The group at `group`; Error naming it if there is none.
+Optimizer::Impl::Group& group_at(Optimizer::Impl& impl, size_t group);
+
 }  // namespace optfuse
