@@ -156,13 +156,31 @@ struct StepArgs {
 };
 
 // Device tensors (optimizers of an engine whose target uses CUDA, e.g. "host-cuda"):
+//
+//   optfuse::EngineOptions eo;
+//   eo.target = "host-cuda";                   // Error at creation without a driver and device
+//   optfuse::Engine gpu(eo);
+//   auto opt = optfuse::Optimizer::create(gpu, {{"type", "adamw"}, {"lr", 1e-3}});
+//   auto dev = [](const at::Tensor& t) {       // e.g. a PyTorch CUDA tensor
+//     return optfuse::TensorRef{t.data_ptr(), t.numel(), {}, optfuse::DType::F32,
+//                               optfuse::Memory::Cuda};
+//   };
+//   opt->add_param_group({{dev(w), dev(w.grad())}});
+//   optfuse::StepArgs args;
+//   args.cuda_stream = at::cuda::getCurrentCUDAStream().stream();
+//   opt->step(args);                           // launched on that stream; nothing copied
+//
 //   * every param and grad is a device tensor (TensorRef::memory = Memory::Cuda) and a CPU
 //     engine's optimizer takes host tensors only; the group, tensor and memory at fault are named
 //     otherwise (also for mixing host and device tensors in one optimizer);
 //   * state is allocated on the device (cuMemAlloc in the engine's context, filled with its
-//     initial value by cuMemset*Async on the step's stream; a 16-bit param's f32 master copy made
-//     from it by a kernel on that stream) at the first step, freed with the optimizer; step() passes device pointers to the kernels on StepArgs::cuda_stream and makes
-//     no host<->device copy (state(), state_bf16() are null: see state_ref, state_values);
+//     initial value by cuMemset*Async on the step's stream; an f16 param's f32 master copy made
+//     from it by a kernel on that stream) at the first step, freed with the optimizer (after
+//     cuCtxSynchronize); step() passes device pointers to the kernels on StepArgs::cuda_stream
+//     and makes no host<->device copy (state(), state_bf16() are null: see state_ref,
+//     state_values);
+//   * a pointer labelled Memory::Cuda that the driver does not know as device memory (e.g. a host
+//     pointer) is an Error at add_param_group / set_grad, not a fault inside a kernel;
 //   * save_state / load_state / state_values copy state explicitly between the device and the
 //     host, after waiting for all work in the engine's context (cuCtxSynchronize); the file format
 //     is the same, so state saved on a GPU loads on the CPU and back;
