@@ -76,19 +76,11 @@ void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
 
 void apply_cuda_schedule(PipelineFuncs& f, const Schedule& s) {
   using Halide::TailStrategy;
-  Halide::Var xt("xt"), xv("xv"), bx("bx"), tx("tx");
-  // Thread t of the grid handles elements [t*vw, t*vw + vw): one vw-lane vector per tensor (4 f32
-  // lanes: ld.global.v4.f32; Halide 14 + LLVM 14 store them as two st.global.u64, see
-  // src/lower/README.md). The grid is ceil(n / (gpu_block * vw)) blocks, derived from the
-  // output extent at each call, so any n is covered. Both splits guard their tail (GuardWithIf):
-  // threads past the end do nothing and the last vector is predicated; no element is computed
-  // twice (ShiftInwards would, breaking in-place updates) and no memory past n is touched.
-  f.out.split(f.x, xt, xv, s.vector_width, TailStrategy::GuardWithIf)
-      .vectorize(xv)
-      .gpu_tile(xt, bx, tx, s.gpu_block, TailStrategy::GuardWithIf);
-  // Each thread loads all of its inputs before it stores any output; threads never share
-  // elements, so in-place updates stay safe.
-  if (f.load.defined()) f.load.compute_at(f.out, xv);
+  // Reductions: kernels of their own before `out` (reduce.h); `out` reads their totals / row
+  // values from device memory. `results` (a host Func: Halide copies the few f64 totals it reads
+  // back to the host) is left unscheduled.
+  for (WholeReduction& r : f.whole) schedule_gpu(r.gpu);
+  for (RowReduction& r : f.rows) schedule_gpu(r.gpu);
   // 128-bit accesses need an alignment the kernel can prove: every buffer starts at element 0
   // (Kernel::run builds them so; this removes the min differences from every index) and its data
   // at a multiple of one vector (capped at 16 bytes; cuMemAlloc gives 256). Without this, LLVM
@@ -103,8 +95,35 @@ void apply_cuda_schedule(PipelineFuncs& f, const Schedule& s) {
     b.set_host_alignment(std::max(align, b.type().bytes()));
   };
   for (Halide::ImageParam& in : f.inputs) constrain(in, true);
+  if (!f.out.defined()) return;  // a statistics kernel: results only
   std::vector<Halide::OutputImageParam> outs = f.out.output_buffers();
   for (size_t i = 0; i < outs.size(); ++i) constrain(outs[i], i == 0);
+  Halide::Var xt("xt"), xv("xv"), bx("bx"), tx("tx"), xo("xo");
+  if (f.per_row) {
+    // One block per row (y), its threads over the row's vectors, striding when the row is longer
+    // than the block (consecutive threads, consecutive vectors); both splits GuardWithIf. The
+    // row's reductions were computed by their own kernel, read here once per thread.
+    f.out.split(f.x, xt, xv, s.vector_width, TailStrategy::GuardWithIf)
+        .vectorize(xv)
+        .split(xt, xo, tx, s.gpu_block, TailStrategy::GuardWithIf)
+        .reorder(xv, xo, tx, f.y)
+        .gpu_blocks(f.y)
+        .gpu_threads(tx);
+    if (f.load.defined()) f.load.compute_at(f.out, xv);
+    return;
+  }
+  // Thread t of the grid handles elements [t*vw, t*vw + vw): one vw-lane vector per tensor (4 f32
+  // lanes: ld.global.v4.f32; Halide 14 + LLVM 14 store them as two st.global.u64, see
+  // src/lower/README.md). The grid is ceil(n / (gpu_block * vw)) blocks, derived from the
+  // output extent at each call, so any n is covered. Both splits guard their tail (GuardWithIf):
+  // threads past the end do nothing and the last vector is predicated; no element is computed
+  // twice (ShiftInwards would, breaking in-place updates) and no memory past n is touched.
+  f.out.split(f.x, xt, xv, s.vector_width, TailStrategy::GuardWithIf)
+      .vectorize(xv)
+      .gpu_tile(xt, bx, tx, s.gpu_block, TailStrategy::GuardWithIf);
+  // Each thread loads all of its inputs before it stores any output; threads never share
+  // elements, so in-place updates stay safe.
+  if (f.load.defined()) f.load.compute_at(f.out, xv);
   // Scalar-only subexpressions are inlined into the kernel (uniforms is left compute_inline), so
   // each thread recomputes them from the scalar Params, which Halide passes to the kernel by
   // value. compute_root would compute them on the host into a buffer that Halide then copies to
