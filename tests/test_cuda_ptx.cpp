@@ -396,9 +396,11 @@ void expect_device_matches_cpu(Engine& gpu, Engine& cpu, const Graph& g, int64_t
   }
   for (const auto& out : sig.outputs) d.outputs.push_back(d.inputs[sig.input_index(out.replaces)]);
   gk->run(d);
-  for (size_t i = 0; i < sig.results.size(); ++i)
+  for (size_t i = 0; i < sig.results.size(); ++i) {
+    if (gpu_results[i] == cpu_results[i]) continue;  // also -inf: the max of nothing
     EXPECT_NEAR(gpu_results[i], cpu_results[i], 1e-12 * (1 + std::fabs(cpu_results[i])))
         << "result " << sig.results[i].name;
+  }
   for (size_t i = 0; i < host.size(); ++i) {
     dev[i]->to_host();
     for (int64_t j = 0; j < n; j += (j < n - 64 ? 997 : 1))

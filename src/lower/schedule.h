@@ -42,6 +42,8 @@ void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s);
 // One CUDA kernel: each thread handles `vector_width` consecutive elements as one vector (128-bit
 // global loads/stores for f32), gpu_tile'd in blocks of `gpu_block` threads over a grid that
 // covers any n; tails guarded (GuardWithIf). `uniforms` is inlined, `chunk` unused (see .cpp).
+// Reductions are kernels of their own before it (reduce.h: schedule_gpu); per-row graphs get one
+// block per row; `results` stays a host stage (lower.h).
 void apply_cuda_schedule(PipelineFuncs& f, const Schedule& s);
 
 }  // namespace optfuse::lower
