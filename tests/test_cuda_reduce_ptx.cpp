@@ -156,6 +156,14 @@ TEST(CudaReducePtx, PlainCudaTargetAssembles) {
   EXPECT_EQ(ptxas(tool, text, "sm_90", "plain_lamb"), "");
 }
 
+// The reduction kernels read f32 tensors with 128-bit loads in their steady state (the first and
+// last strides of a block are guarded scalar loads).
+TEST(CudaReducePtx, ReductionKernelsLoadVectors) {
+  std::string text = jit::extract_ptx(cuda_object(optim::grad_stats_graph(false, true)))[0];
+  EXPECT_THAT(text, HasSubstr("ld.global.nc.v4.f32"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr(".local")));  // lane partials stay in registers
+}
+
 // The element-wise kernels of the graphs that had them before keep their 128-bit loads.
 TEST(CudaReducePtx, UpdateKernelsStayVectorized) {
   for (const char* type : {"lamb", "lars"}) {

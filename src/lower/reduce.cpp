@@ -47,13 +47,15 @@ Expr combine(Combine c, const Expr& acc, const Expr& v) {
 // (`src` is the identity past the data).
 BlockReduce block_reduce(Combine c, const Func& src, const Expr& steps, int block,
                          int vector_width, const std::string& name) {
-  BlockReduce k{Func(name + "_threads"), Func(name + "_acc"), Func(name + "_blocks"),
-                Halide::RDom(0, vector_width, 0, steps, name + "_r")};
-  Var t("t"), b("b");
-  const Halide::RDom& r = k.steps;
+  BlockReduce k{Func(name + "_lanes"), Func(name + "_threads"), Func(name + "_acc"),
+                Func(name + "_blocks"), vector_width};
+  Var v("v"), t("t"), b("b");
+  Halide::RDom r(0, steps, name + "_r");
+  k.lanes(v, t, b) = identity(c);
+  k.lanes(v, t, b) = combine(c, k.lanes(v, t, b), src((r * block + t) * vector_width + v, b));
+  Halide::RDom rv(0, vector_width, name + "_rv");
   k.threads(t, b) = identity(c);
-  k.threads(t, b) =
-      combine(c, k.threads(t, b), src((r.y * block + t) * vector_width + r.x, b));
+  k.threads(t, b) = combine(c, k.threads(t, b), k.lanes(rv, t, b));
   Halide::RDom rt(0, block, name + "_rt");
   k.acc(b) = identity(c);
   k.acc(b) = combine(c, k.acc(b), k.threads(rt, b));
@@ -164,13 +166,20 @@ void schedule_rows(RowReduction& r, const Halide::LoopLevel& row_loop, int vecto
 
 void schedule_gpu(std::vector<BlockReduce>& kernels) {
   for (BlockReduce& k : kernels) {
-    Var b = k.out.args()[0], t = k.threads.args()[0];
+    Var b = k.out.args()[0], t = k.threads.args()[0], v = k.lanes.args()[0];
     k.out.compute_root().gpu_blocks(b);
     // Block-level code outside a thread loop runs in thread 0 (Halide's FuseGPUThreadLoops), with
     // barriers around it: the thread partials (shared memory) are complete before it reads them.
     k.acc.compute_at(k.out, b);
     k.threads.compute_at(k.out, b).gpu_threads(t);
-    k.threads.update().unroll(k.steps.x).gpu_threads(t);
+    k.threads.update().gpu_threads(t);
+    // Each thread's lanes live in registers; their loop over the strides is split by Halide's
+    // loop partitioning into a steady state of dense vector loads and guarded ends.
+    k.lanes.compute_at(k.threads, t);
+    if (k.vector_width > 1) {
+      k.lanes.vectorize(v);
+      k.lanes.update().vectorize(v);
+    }
   }
 }
 

@@ -17,14 +17,15 @@
 namespace optfuse::lower {
 
 // One GPU kernel of a reduction (CUDA targets): block b reduces its own range of elements.
-//   threads(t, b): thread t's partial, striding over the block's range `vector_width` elements
-//                  at a time (consecutive threads read consecutive vectors: coalesced);
-//                  shared memory;
-//   acc(b):        the block's `block` thread partials combined in order by one thread;
-//   out(b):        acc(b), the kernel's output (a root Func in device memory).
+//   lanes(v, t, b): thread t's `vector_width` lane partials (registers), striding over the
+//                   block's range one vector at a time (consecutive threads read consecutive
+//                   vectors: coalesced, and one 128-bit load per f32 vector);
+//   threads(t, b):  thread t's lanes combined; shared memory;
+//   acc(b):         the block's `block` thread partials combined in order by one thread;
+//   out(b):         acc(b), the kernel's output (a root Func in device memory).
 struct BlockReduce {
-  Halide::Func threads, acc, out;
-  Halide::RDom steps;  // threads' update: x over the vector's elements, y over the strides
+  Halide::Func lanes, threads, acc, out;
+  int vector_width = 1;
 };
 
 // A whole-tensor reduction, split so that it runs near memory bandwidth on the CPU:
@@ -79,8 +80,9 @@ void schedule_whole(WholeReduction& r, int vector_width);
 void schedule_rows(RowReduction& r, const Halide::LoopLevel& row_loop, int vector_width);
 
 // CUDA schedules: every BlockReduce `out` root with gpu_blocks over b, its `threads` at the block
-// (gpu_threads over t, both stages), its `acc` at the block (Halide runs block-level code in
-// thread 0 only); `total` / `row` are inlined reads of the last kernel's output.
+// (gpu_threads over t, both stages), `lanes` per thread (vectorized), its `acc` at the block
+// (Halide runs block-level code in thread 0 only); `total` / `row` are inlined reads of the last
+// kernel's output.
 void schedule_gpu(std::vector<BlockReduce>& kernels);
 
 }  // namespace optfuse::lower
