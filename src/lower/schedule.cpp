@@ -49,6 +49,9 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   // All inputs of a vector are loaded before any output of it is stored: in place is safe by
   // construction rather than by LLVM's alias analysis.
   if (f.load.defined()) f.load.compute_at(f.out, xv);
+  // The parallel tasks stream from memory; a call that fits one task is mostly cache-resident
+  // (and per-call overhead matters there), so the single-task loop gets no prefetches.
+  if (s.prefetch > 0) f.prefetch_loop = xi.name();
 }
 
 void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
