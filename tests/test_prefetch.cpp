@@ -1,10 +1,11 @@
 // Software prefetch in CPU kernels (src/lower/prefetch.*, Schedule::prefetch): where the lowered
 // code prefetches (every input, every cache line of each vector, `prefetch` bytes ahead, only in
-// the parallel tasks' loop), that prefetch = 0 removes it, that the prefetches are t0 (not the
+// the parallel tasks' loop or the row loop of per-row kernels), that prefetch = 0 removes it, that the prefetches are t0 (not the
 // nta Halide emits), and that prefetching never changes a result bit.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -151,6 +152,33 @@ TEST(Prefetch, NeverChangesAResult) {
       testing::expect_close(testing::run_kernel(*k4, in, sc), want, 0.0, 0.0);
     }
   }
+}
+
+TEST(Prefetch, PerRowKernelsPrefetchInTheRowLoopAndKeepTheirBits) {
+  // Gradient centralization: each row is reduced (its mean), then updated.
+  Graph gc = update_graph({{"type", "adamw"}, {"grad_centralization", true}});
+  EXPECT_THAT(stmt(gc, 2048), HasSubstr("prefetch(in1_grad"));
+  EXPECT_TRUE(prefetched_buffers(stmt(gc, 0)).empty());
+  Engine& e = testing::shared_engine();
+  Schedule off;
+  off.prefetch = 0;
+  auto base = e.kernel(gc), k0 = e.kernel(gc, off);
+  const int64_t cols = 777, rows = 301;  // ragged rows, several tasks
+  testing::Tensors in;
+  uint32_t seed = 11;
+  for (const auto& t : base->signature().inputs) {
+    std::vector<double> v(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::abs(testing::gen(seed, uint64_t(i)));
+    in[t.name] = v;
+    ++seed;
+  }
+  testing::Scalars sc;
+  for (const auto& s : base->signature().scalars) sc[s.name] = 0.3;
+  testing::RunOptions ro;
+  ro.cols = cols;
+  testing::Scalars unused;
+  testing::Tensors want = testing::run_kernel(*base, in, sc, ro, &unused);
+  testing::expect_close(testing::run_kernel(*k0, in, sc, ro, &unused), want, 0.0, 0.0);
 }
 
 }  // namespace

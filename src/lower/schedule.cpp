@@ -74,6 +74,9 @@ void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
       .parallel(yo);
   for (RowReduction& r : f.rows) schedule_rows(r, Halide::LoopLevel(f.out, yi), s.vector_width);
   if (f.load.defined()) f.load.compute_at(f.out, xv);
+  // Each row is read from memory by its reductions, then from cache by the update: prefetches
+  // in the row loop run ahead into the rest of the row and on into the task's next row.
+  if (s.prefetch > 0) f.prefetch_loop = yi.name();
   if (f.uniforms.defined()) f.uniforms.compute_root();
 }
 
