@@ -84,7 +84,7 @@ class PipelineBuilder {
     funcs_.inputs = inputs_;
     apply_schedule(funcs_, s, target);
     Halide::Pipeline pipeline(pipeline_outputs);
-    add_prefetch_pass(pipeline, funcs_.prefetch_loop, s.prefetch);
+    add_prefetch_pass(pipeline, funcs_.prefetch_loops, s.prefetch);
     return Lowered{pipeline, arguments()};
   }
 

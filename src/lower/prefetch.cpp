@@ -30,15 +30,15 @@ class FindInputStreams : public IRVisitor {
 
 class InjectLinePrefetches : public IRMutator {
  public:
-  InjectLinePrefetches(std::string loop_var, int distance_bytes)
-      : marker_("." + std::move(loop_var)), distance_bytes_(distance_bytes) {}
+  InjectLinePrefetches(std::vector<std::string> loops, int distance_bytes)
+      : loops_(std::move(loops)), distance_bytes_(distance_bytes) {}
 
  private:
   using IRMutator::visit;
 
   Stmt visit(const For* op) override {
     bool was_inside = inside_;
-    inside_ = inside_ || op->name.find(marker_) != std::string::npos;
+    for (const std::string& loop : loops_) inside_ = inside_ || op->name.find(loop) != std::string::npos;
     Stmt s = IRMutator::visit(op);
     inside_ = was_inside;
     return s;
@@ -67,16 +67,17 @@ class InjectLinePrefetches : public IRMutator {
     return Block::make(block);
   }
 
-  std::string marker_;
+  std::vector<std::string> loops_;
   int distance_bytes_;
   bool inside_ = false;
 };
 
 }  // namespace
 
-void add_prefetch_pass(Halide::Pipeline& p, const std::string& loop_var, int distance_bytes) {
-  if (distance_bytes <= 0 || loop_var.empty()) return;
-  p.add_custom_lowering_pass(new InjectLinePrefetches(loop_var, distance_bytes));
+void add_prefetch_pass(Halide::Pipeline& p, const std::vector<std::string>& loops,
+                       int distance_bytes) {
+  if (distance_bytes <= 0 || loops.empty()) return;
+  p.add_custom_lowering_pass(new InjectLinePrefetches(loops, distance_bytes));
 }
 
 }  // namespace optfuse::lower

@@ -17,13 +17,16 @@
 #include <Halide.h>
 
 #include <string>
+#include <vector>
 
 namespace optfuse::lower {
 
-// Adds to `p` a lowering pass that, inside every loop whose name contains `"." + loop_var`
-// (the parallel tasks' vector loop, or the row loop of per-row graphs), puts before each store that reads a dense vector of an
+// Adds to `p` a lowering pass that, inside every loop whose name contains one of `loops` (the
+// schedule names them: the parallel tasks' vector loop, the row loop of per-row graphs), puts before each store that reads a dense vector of an
 // input buffer one prefetch per cache line of that vector, `distance_bytes` ahead. Prefetches
-// never fault, so ones past the end of a buffer are harmless. distance_bytes <= 0: no pass.
-void add_prefetch_pass(Halide::Pipeline& p, const std::string& loop_var, int distance_bytes);
+// never fault, so ones past the end of a buffer are harmless. distance_bytes <= 0 or no loops:
+// no pass.
+void add_prefetch_pass(Halide::Pipeline& p, const std::vector<std::string>& loops,
+                       int distance_bytes);
 
 }  // namespace optfuse::lower

@@ -23,8 +23,8 @@ struct PipelineFuncs {
   std::vector<RowReduction> rows;           // per-row stages (per_row graphs)
   bool per_row = false;  // 2-D: out(x, y), x along a row of `cols` elements
   Halide::Var y{"y"};
-  // The loop variable whose loops get software prefetches (lower/prefetch.h); "" = none.
-  std::string prefetch_loop;
+  // Loops that get software prefetches (lower/prefetch.h): those whose name contains one of these.
+  std::vector<std::string> prefetch_loops;
 };
 
 // The branch point between targets: CUDA targets get apply_cuda_schedule, CPU targets
