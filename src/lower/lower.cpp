@@ -6,6 +6,7 @@
 #include <string>
 
 #include "lower/lower_ops.h"
+#include "lower/prefetch.h"
 #include "lower/reduce.h"
 #include "lower/schedule.h"
 #include "optfuse/error.h"
@@ -83,7 +84,9 @@ class PipelineBuilder {
     }
     funcs_.inputs = inputs_;
     apply_schedule(funcs_, s, target);
-    return Lowered{Halide::Pipeline(pipeline_outputs), arguments()};
+    Halide::Pipeline pipeline(pipeline_outputs);
+    add_prefetch_pass(pipeline, funcs_.prefetch_loops, s.prefetch);
+    return Lowered{pipeline, arguments()};
   }
 
  private:
@@ -342,6 +345,7 @@ Schedule resolve_schedule(Schedule s, const Halide::Target& target) {
   s.min_task = std::max<int64_t>(s.min_task, 1);
   s.unroll = std::max(s.unroll, 1);
   s.task_elems = std::max<int64_t>(s.task_elems, 0);
+  s.prefetch = std::max(s.prefetch, 0);
   return s;
 }
 

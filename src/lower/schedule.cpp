@@ -15,6 +15,8 @@ void apply_schedule(PipelineFuncs& f, const Schedule& s, const Halide::Target& t
 }
 
 void apply_cpu_schedule(PipelineFuncs& f, const Schedule& s) {
+  // No prefetches in reduction prologues yet: their loads are clamped (not a plain dense ramp,
+  // which is all lower/prefetch.cpp recognizes).
   for (WholeReduction& r : f.whole) schedule_whole(r, s.vector_width);
   if (f.per_row) return apply_cpu_row_schedule(f, s);
   if (f.out.defined()) apply_cpu_flat_schedule(f, s);
@@ -49,6 +51,9 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   // All inputs of a vector are loaded before any output of it is stored: in place is safe by
   // construction rather than by LLVM's alias analysis.
   if (f.load.defined()) f.load.compute_at(f.out, xv);
+  // The parallel tasks stream from memory; a call that fits one task is mostly cache-resident
+  // (and per-call overhead matters there), so the single-task loop gets no prefetches.
+  if (s.prefetch > 0) f.prefetch_loops.push_back("." + xi.name());
 }
 
 void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
@@ -71,6 +76,9 @@ void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
       .parallel(yo);
   for (RowReduction& r : f.rows) schedule_rows(r, Halide::LoopLevel(f.out, yi), s.vector_width);
   if (f.load.defined()) f.load.compute_at(f.out, xv);
+  // Each row is read from memory by its reductions, then from cache by the update: prefetches
+  // in the row loop run ahead into the rest of the row and on into the task's next row.
+  if (s.prefetch > 0) f.prefetch_loops.push_back("." + yi.name());
   if (f.uniforms.defined()) f.uniforms.compute_root();
 }
 

@@ -2,6 +2,7 @@
 // Schedules for the lowered pipeline (internal; includes Halide.h — src/lower and src/jit only).
 #include <Halide.h>
 
+#include <string>
 #include <vector>
 
 #include "lower/reduce.h"
@@ -22,6 +23,8 @@ struct PipelineFuncs {
   std::vector<RowReduction> rows;           // per-row stages (per_row graphs)
   bool per_row = false;  // 2-D: out(x, y), x along a row of `cols` elements
   Halide::Var y{"y"};
+  // Loops that get software prefetches (lower/prefetch.h): those whose name contains one of these.
+  std::vector<std::string> prefetch_loops;
 };
 
 // The branch point between targets: CUDA targets get apply_cuda_schedule, CPU targets
