@@ -391,7 +391,8 @@ void expect_device_matches_cpu(Engine& gpu, Engine& cpu, const Graph& g, int64_t
   d.results = gpu_results.data();
   d.device = true;
   for (auto& v : host) {
-    dev.push_back(std::make_unique<DeviceArray>(*gk->session(), gk->session()->cuda_device_interface(), v));
+    dev.push_back(std::make_unique<DeviceArray>(*gk->session(),
+                                                gk->session()->cuda_device_interface(), v));
     d.inputs.push_back(dev.back()->device());
   }
   for (const auto& out : sig.outputs) d.outputs.push_back(d.inputs[sig.input_index(out.replaces)]);

@@ -78,12 +78,13 @@ std::vector<Case> cases() {
   c.push_back({"stats_sumsq_maxabs", optim::grad_stats_graph(false, true), 4});
   c.push_back({"stats_accumulated", optim::grad_stats_graph(true, true), 4});
   for (const char* type : {"sgd", "adam", "adamw"})
-    c.push_back({type, update_graph({{"type", type}, {"lr", 0.1}, {"grad_centralization", true}}),
-                 2});
-  c.push_back({"sgd_momentum_gc",
-               update_graph({{"type", "sgd"}, {"lr", 0.1}, {"momentum", 0.9},
-                             {"grad_centralization", true}}),
-               2});
+    c.push_back(
+        {type, update_graph({{"type", type}, {"lr", 0.1}, {"grad_centralization", true}}), 2});
+  c.push_back(
+      {"sgd_momentum_gc",
+       update_graph(
+           {{"type", "sgd"}, {"lr", 0.1}, {"momentum", 0.9}, {"grad_centralization", true}}),
+       2});
   c.push_back({"custom_max", custom_max(), 3});
   c.push_back({"custom_row_mean", custom_row_mean(), 2});
   c.push_back({"custom_variance", custom_variance(), 5});
@@ -149,7 +150,8 @@ TEST(CudaReducePtx, EveryReducingGraphCompilesAndAssembles) {
 }
 
 TEST(CudaReducePtx, PlainCudaTargetAssembles) {
-  std::string text = jit::extract_ptx(cuda_object(update_graph({{"type", "lamb"}}), "host-cuda"))[0];
+  std::string text =
+      jit::extract_ptx(cuda_object(update_graph({{"type", "lamb"}}), "host-cuda"))[0];
   EXPECT_THAT(text, HasSubstr(".target sm_20"));
   std::string tool = find_ptxas();
   if (tool.empty()) GTEST_SKIP() << "ptxas not found (/usr/local/cuda/bin/ptxas or PATH)";
@@ -182,7 +184,7 @@ TEST(CudaReduceSchedule, ResultsReadTotalsCopiedBackTensorsStayOnTheDevice) {
   o.compile_only = true;
   Engine e(o);
   std::string stmt = e.lowered_stmt(optim::grad_stats_graph(false, true));
-  EXPECT_EQ(count(stmt, "= halide_cuda_run("), 4u);  // two kernels per reduction
+  EXPECT_EQ(count(stmt, "= halide_cuda_run("), 4u);       // two kernels per reduction
   EXPECT_EQ(count(stmt, "halide_copy_to_host(red"), 2u);  // the two totals
   // and the two result buffers (no-ops: host buffers without a device allocation); no tensor
   EXPECT_EQ(count(stmt, "halide_copy_to_host((halide_buffer_t *)results"), 2u) << stmt;
@@ -257,8 +259,7 @@ double whole_gpu(Op op, const std::vector<double>& v, int block) {
   Var x("x");
   Func value("value");
   value(x) = in(x);
-  lower::WholeReduction r =
-      lower::reduce_whole_gpu(op, value, int(v.size()), 4, block, "t");
+  lower::WholeReduction r = lower::reduce_whole_gpu(op, value, int(v.size()), 4, block, "t");
   Func out("out");
   out() = lower::finish(op, r.total(), int(v.size()));
   for (lower::BlockReduce& k : r.gpu) k.out.compute_root();

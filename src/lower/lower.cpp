@@ -268,11 +268,10 @@ class PipelineBuilder {
     // Every tensor has the same extent (Kernel::run builds them so); a reduced value is per
     // element, so the graph has at least one tensor input. chunk == 0: an empty call (lower.h).
     Expr count = Halide::select(chunk_ > 0, inputs_.at(0).dim(0).extent(), 0);
-    funcs_.whole.push_back(
-        gpu_ ? reduce_whole_gpu(n.op, reduction_operand(id, name), count, s_.vector_width,
-                                s_.gpu_block, name)
-             : reduce_whole(n.op, reduction_operand(id, name), count, chunk_, s_.vector_width,
-                            name));
+    funcs_.whole.push_back(gpu_ ? reduce_whole_gpu(n.op, reduction_operand(id, name), count,
+                                                   s_.vector_width, s_.gpu_block, name)
+                                : reduce_whole(n.op, reduction_operand(id, name), count, chunk_,
+                                               s_.vector_width, name));
     Expr v = finish(n.op, funcs_.whole.back().total(), count);
     return Halide::cast(halide_type(n.dtype), v);
   }

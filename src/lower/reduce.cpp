@@ -45,8 +45,8 @@ Expr combine(Combine c, const Expr& acc, const Expr& v) {
 // One kernel of `block`-thread blocks: block b reduces src(j, b) for j in
 // [0, steps * block * vector_width), thread t the vectors t, t + block, t + 2 * block, ...
 // (`src` is the identity past the data).
-BlockReduce block_reduce(Combine c, const Func& src, const Expr& steps, int block,
-                         int vector_width, const std::string& name) {
+BlockReduce block_reduce(Combine c, const Func& src, const Expr& steps, int block, int vector_width,
+                         const std::string& name) {
   BlockReduce k{Func(name + "_lanes"), Func(name + "_threads"), Func(name + "_acc"),
                 Func(name + "_blocks"), vector_width};
   Var v("v"), t("t"), b("b");
@@ -116,7 +116,8 @@ WholeReduction reduce_whole_gpu(Op op, const Func& value, const Expr& n, int vec
   Var j("j"), b("b");
   Func range(name + "_range");
   range(j, b) = bounded(b * (steps * per_step) + j);
-  WholeReduction r{Func(name + "_lanes"), Func(name + "_total"), Halide::Internal::const_true(), {}};
+  WholeReduction r{Func(name + "_lanes"), Func(name + "_total"),
+                   Halide::Internal::const_true(), {}};
   r.gpu.push_back(block_reduce(c, range, steps, block, vector_width, name));
   // Kernel 2: one block combines the block partials.
   Func partials = Halide::BoundaryConditions::constant_exterior(r.gpu[0].out, identity(c),
@@ -131,8 +132,8 @@ WholeReduction reduce_whole_gpu(Op op, const Func& value, const Expr& n, int vec
 RowReduction reduce_rows_gpu(Op op, const Func& value, const Expr& cols, int vector_width,
                              int block, const std::string& name) {
   const Combine c = combine_of(op);
-  Func bounded =
-      Halide::BoundaryConditions::constant_exterior(value, identity(c), {{0, cols}, {Expr(), Expr()}});
+  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c),
+                                                               {{0, cols}, {Expr(), Expr()}});
   RowReduction r{Func(name + "_lanes"), Func(name + "_row"), {}};
   const Expr per_step = block * vector_width;
   r.gpu.push_back(
