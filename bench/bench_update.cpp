@@ -207,13 +207,13 @@ void BM_Ceiling_3R2W(benchmark::State& state) {
 // so both see the same conditions; the counters give the ratio of speeds two ways:
 //   ratio_median = median(ceiling call) / median(fused call)
 //   ratio_min    = fastest ceiling call / fastest fused call (preemption only ever adds time)
-// bytes_per_second counts both calls (2 x 28 B/element).
-void BM_Paired_AdamW_Ceiling(benchmark::State& state) {
+// bytes_per_second counts both calls (2 x 28 B/element). Both kernels use schedule `s`.
+void paired_adamw_ceiling(benchmark::State& state, const Schedule& s) {
   using Clock = std::chrono::steady_clock;
   std::vector<double> t_fused, t_ceiling;
   try {
-    auto fused = engine().kernel(optim::make_rule("adamw")->graph(adamw_options()));
-    auto ceiling = engine().kernel(tools::stream_4r3w_graph());
+    auto fused = engine().kernel(optim::make_rule("adamw")->graph(adamw_options()), s);
+    auto ceiling = engine().kernel(tools::stream_4r3w_graph(), s);
     Arrays a(8, state.range(0));
     const KernelCall fc = call_over(*fused, a, 0, adamw_scalars());
     const KernelCall cc = call_over(*ceiling, a, 4, {});
@@ -250,6 +250,18 @@ void BM_Paired_AdamW_Ceiling(benchmark::State& state) {
   set_bytes(state, 2 * kAdamBytes);
 }
 
+void BM_Paired_AdamW_Ceiling(benchmark::State& state) {
+  paired_adamw_ceiling(state, engine().options().schedule);
+}
+
+// The same pair with software prefetch off in both kernels (src/lower/README.md, "Software
+// prefetch"): what the prefetches buy, side by side with the default in one run.
+void BM_Paired_AdamW_Ceiling_NoPrefetch(benchmark::State& state) {
+  Schedule s = engine().options().schedule;
+  s.prefetch = 0;
+  paired_adamw_ceiling(state, s);
+}
+
 // Registered size-major (every variant at 2^10, then every variant at 2^12, ...) so that the
 // runs a ratio compares are close in time on a noisy machine. Sizes: 2^10 (L1-resident) ..
 // 2^26 (1.75 GiB of AdamW traffic per step, far past L3), every factor of 4.
@@ -259,6 +271,7 @@ void register_all() {
       {"BM_AdamW_Optimizer", BM_AdamW_Optimizer},
       {"BM_Ceiling_4R3W", BM_Ceiling_4R3W},
       {"BM_Paired_AdamW_Ceiling", BM_Paired_AdamW_Ceiling},
+      {"BM_Paired_AdamW_Ceiling_NoPrefetch", BM_Paired_AdamW_Ceiling_NoPrefetch},
       {"BM_AdamW_Unfused", BM_AdamW_Unfused},
       {"BM_AdamW_Scalar", BM_AdamW_Scalar},
       {"BM_SGDMomentum_Fused", BM_SGDMomentum_Fused},

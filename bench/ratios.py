@@ -13,7 +13,7 @@ def load(path):
     runs = json.load(open(path))["benchmarks"]
     has_median = any(r.get("aggregate_name") == "median" for r in runs)
     bps = defaultdict(dict)  # size -> variant -> bytes/s
-    paired = {}  # size -> (ratio_median, ratio_min) of the paired benchmark
+    paired = defaultdict(dict)  # size -> paired variant -> (ratio_median, ratio_min)
     for r in runs:
         if r.get("error_occurred"):
             continue
@@ -21,7 +21,7 @@ def load(path):
             continue
         variant, size = r["run_name"].split("/")[:2]
         if "ratio_median" in r:
-            paired[int(size)] = (r["ratio_median"], r["ratio_min"])
+            paired[int(size)][variant.removeprefix("BM_")] = (r["ratio_median"], r["ratio_min"])
         else:
             bps[int(size)][variant.removeprefix("BM_")] = r["bytes_per_second"]
     return bps, paired
@@ -32,8 +32,9 @@ def main(path):
     for size in sorted(set(bps) | set(paired)):
         v = bps[size]
         print(f"n = 2^{size.bit_length() - 1} ({size})")
-        if size in paired:
-            print("  paired AdamW_Fused / Ceiling_4R3W: median %.2f, fastest %.2f" % paired[size])
+        for name, (med, fastest) in sorted(paired.get(size, {}).items()):
+            what = " (no prefetch)" if name.endswith("_NoPrefetch") else ""
+            print(f"  paired AdamW_Fused / Ceiling_4R3W{what}: median {med:.2f}, fastest {fastest:.2f}")
         for name, b in sorted(v.items()):
             line = f"  {name:<20} {b / 1e9:7.2f} GB/s"
             algo = name.split("_")[0]

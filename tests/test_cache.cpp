@@ -121,7 +121,7 @@ TEST(Cache, GoldenKey) {
   EngineOptions eo;
   eo.target = "x86-64-linux-avx2";
   Engine e(eo);
-  EXPECT_EQ(e.kernel_key(sgd("any")), "988dc147ed671003436cdc6fd3593852");
+  EXPECT_EQ(e.kernel_key(sgd("any")), "2766fcb47fed557109a38b7923693143");
 }
 
 TEST(Cache, DefaultLocation) {

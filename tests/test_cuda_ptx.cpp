@@ -2,7 +2,8 @@
 // embeds in the object has one kernel entry with 128-bit (v4) global loads and stores and is
 // accepted by ptxas for sm_80 and sm_90; an engine that would run CUDA kernels on a machine
 // without a driver/device fails at creation with a clear Error; compile-only engines and the disk
-// cache work without one. Tests that need a device skip with "no CUDA device".
+// cache work without one. Tests that need a device skip with "no CUDA device"; they include
+// reducing kernels (LAMB, LARS, the statistics kernel, GC) against the CPU kernel.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <HalideRuntime.h>
@@ -358,6 +359,84 @@ TEST(CudaEngine, RunsOnADeviceLikeTheCpu) {
         ASSERT_NEAR(host[i][j], ref[i][j], 1e-5f * std::max(1.0f, std::fabs(ref[i][j])))
             << "tensor " << i << " element " << j;
     }
+  }
+}
+
+// Reducing kernels on the device (issue 7: LAMB, the statistics kernel, gradient centralization)
+// against the same graph's CPU kernel: outputs in place, results copied back by Halide.
+void expect_device_matches_cpu(Engine& gpu, Engine& cpu, const Graph& g, int64_t n, int64_t cols) {
+  auto gk = std::dynamic_pointer_cast<const engine_detail::KernelImpl>(gpu.kernel(g));
+  auto ck = cpu.kernel(g);
+  ASSERT_TRUE(gk->on_device());
+  const KernelSignature& sig = gk->signature();
+  std::vector<std::vector<float>> host, ref;
+  for (size_t i = 0; i < sig.inputs.size(); ++i) {
+    std::vector<float> v(std::max<int64_t>(n, 1));
+    for (int64_t j = 0; j < n; ++j) v[j] = 0.5f + 0.25f * std::sin(float(j * (i + 1)));
+    host.push_back(v);
+  }
+  ref = host;
+  std::vector<double> scalars(sig.scalars.size());
+  for (size_t i = 0; i < scalars.size(); ++i) scalars[i] = 0.1 * (i + 1);
+  std::vector<double> cpu_results(sig.results.size()), gpu_results(sig.results.size(), -1.0);
+  KernelCall c{{}, scalars, {}, n};
+  c.cols = cols;
+  c.results = cpu_results.data();
+  for (auto& v : ref) c.inputs.push_back(v.data());
+  for (const auto& out : sig.outputs) c.outputs.push_back(c.inputs[sig.input_index(out.replaces)]);
+  ck->run(c);
+  std::vector<std::unique_ptr<DeviceArray>> dev;
+  KernelCall d{{}, scalars, {}, n};
+  d.cols = cols;
+  d.results = gpu_results.data();
+  d.device = true;
+  for (auto& v : host) {
+    dev.push_back(std::make_unique<DeviceArray>(*gk->session(),
+                                                gk->session()->cuda_device_interface(), v));
+    d.inputs.push_back(dev.back()->device());
+  }
+  for (const auto& out : sig.outputs) d.outputs.push_back(d.inputs[sig.input_index(out.replaces)]);
+  gk->run(d);
+  for (size_t i = 0; i < sig.results.size(); ++i) {
+    if (gpu_results[i] == cpu_results[i]) continue;  // also -inf: the max of nothing
+    EXPECT_NEAR(gpu_results[i], cpu_results[i], 1e-12 * (1 + std::fabs(cpu_results[i])))
+        << "result " << sig.results[i].name;
+  }
+  for (size_t i = 0; i < host.size(); ++i) {
+    dev[i]->to_host();
+    for (int64_t j = 0; j < n; j += (j < n - 64 ? 997 : 1))
+      ASSERT_NEAR(host[i][j], ref[i][j], 1e-5f * std::max(1.0f, std::fabs(ref[i][j])))
+          << "tensor " << i << " element " << j;
+  }
+}
+
+TEST(CudaEngine, ReducingKernelsRunOnADeviceLikeTheCpu) {
+  std::string problem = jit::cuda_device_problem();
+  if (!problem.empty()) GTEST_SKIP() << "no CUDA device: " << problem;
+  EngineOptions o;
+  o.target = kTarget;
+  Engine gpu(o), cpu;
+  Graph stats("stats");
+  Value grad = stats.grad("g");
+  stats.result("sumsq", sum_squares(grad));
+  stats.result("maxabs", max_abs(grad));
+  {
+    SCOPED_TRACE("lamb");
+    expect_device_matches_cpu(gpu, cpu, update_graph({{"type", "lamb"}}), 1000003, 0);
+  }
+  {
+    SCOPED_TRACE("lars, 5 elements");
+    expect_device_matches_cpu(gpu, cpu, update_graph({{"type", "lars"}}), 5, 0);
+  }
+  for (int64_t n : {int64_t(0), int64_t(3), int64_t(1) << 22}) {
+    SCOPED_TRACE("statistics, n = " + std::to_string(n));
+    expect_device_matches_cpu(gpu, cpu, stats, n, 0);
+  }
+  for (int64_t cols : {int64_t(7), int64_t(1030), int64_t(20000)}) {
+    SCOPED_TRACE("adamw with gradient centralization, cols = " + std::to_string(cols));
+    expect_device_matches_cpu(gpu, cpu,
+                              update_graph({{"type", "adamw"}, {"grad_centralization", true}}),
+                              cols * 37, cols);
   }
 }
 

@@ -1,6 +1,6 @@
 // Reductions (whole-tensor and per-row), is_finite and graph results: the IR (build errors,
 // text round trip, canonical form), the kernels against the interpreter and against plain
-// double-precision loops, call errors, and the GPU refusal.
+// double-precision loops, call errors. (CUDA targets: tests/test_cuda_reduce_ptx.cpp.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -291,15 +291,6 @@ TEST(ReduceErrors, MixedWholeAndRowReductionsAreRefusedClearly) {
   EXPECT_THAT(error_of([&] { engine().kernel(g); }),
               HasSubstr("reduce_sum and row_mean: whole-tensor and per-row reductions in one "
                         "kernel are not supported yet"));
-}
-
-TEST(ReduceErrors, GpuTargetsRefuseReductionsForNow) {
-  EngineOptions o;
-  o.target = "host-cuda";
-  o.compile_only = true;
-  Engine gpu(o);
-  EXPECT_THAT(error_of([&] { gpu.precompile(stats_graph()); }),
-              HasSubstr("reductions and results are not yet supported on GPU targets"));
 }
 
 }  // namespace

@@ -71,6 +71,9 @@ TEST(ScheduleStr, DefaultTextUnchangedNewFieldsOnlyWhenSet) {
   EXPECT_EQ(cpu(16).str(), "v16.t1.m16384");  // the golden key's schedule text (test_cache.cpp)
   EXPECT_EQ(cpu(16, 2).str(), "v16.t1.m16384.u2");
   EXPECT_EQ(cpu(8, 4, 65536, 2).str(), "v8.t2.m16384.u4.c65536");
+  Schedule no_prefetch = cpu(16);
+  no_prefetch.prefetch = 0;
+  EXPECT_EQ(no_prefetch.str(), "v16.t1.m16384.p0");
 }
 
 TEST(ScheduleDb, TextIsDeterministicAndSorted) {
@@ -160,13 +163,19 @@ TEST(ScheduleDb, RoundTripThroughAFile) {
   ScheduleDb db("x86-64-linux-avx2");
   db.put(entry("cccc", 1 << 20, cpu(16, 4, 1 << 18, 1)));
   db.put(entry("cccc", 1 << 26, cpu(32, 1, 0, 2)));
+  Schedule near = cpu(8);
+  near.prefetch = 1024;
+  db.put(entry("dddd", 1 << 26, near));
   db.save(dir + "/sub/db.json");  // creates the directory
   ScheduleDb back = ScheduleDb::load(dir + "/sub/db.json");
   EXPECT_EQ(back.text(), db.text());
   EXPECT_EQ(back.target(), "x86-64-linux-avx2");
-  ASSERT_EQ(back.entries().size(), 2u);
+  ASSERT_EQ(back.entries().size(), 3u);
   EXPECT_EQ(back.entries()[0].schedule.str(), "v16.t1.m16384.u4.c262144");
   EXPECT_EQ(back.entries()[1].schedule.tasks_per_thread, 2);
+  EXPECT_EQ(back.entries()[1].schedule.prefetch, Schedule{}.prefetch);  // not written: default
+  EXPECT_EQ(back.entries()[2].schedule.prefetch, 1024);
+  EXPECT_EQ(back.entries()[2].schedule.str(), "v8.t1.m16384.p1024");
   fs::remove_all(dir);
 }
 
@@ -326,11 +335,13 @@ TEST_F(TunedEngine, DatabaseForAnotherTargetOrMissingIsIgnoredBrokenIsAnError) {
 TEST(ScheduleSpace, CpuAndGpuDimensions) {
   std::string cpu_target = testing::shared_engine().target_string();
   auto space = schedule_space(cpu_target);
-  ASSERT_EQ(space.size(), 3u);
+  ASSERT_EQ(space.size(), 4u);
   EXPECT_EQ(space[0].name, "vector_width");
   EXPECT_EQ(space[1].name, "unroll");
   EXPECT_EQ(space[2].name, "tasks");
   EXPECT_EQ(space[2].labels.size(), space[2].values.size());
+  EXPECT_EQ(space[3].name, "prefetch");
+  EXPECT_THAT(space[3].labels, ::testing::ElementsAre("p0", "p1024", "p2048", "p4096"));
   EngineOptions eo;
   eo.target = "host-cuda";
   eo.compile_only = true;

@@ -6,6 +6,7 @@
 #include <climits>
 #include <new>
 
+#include "jit/cuda_driver.h"
 #include "jit/halide_bridge.h"
 #include "optfuse/error.h"
 
@@ -165,9 +166,15 @@ void KernelImpl::run(const KernelCall& call) const {
   for (size_t i = 0; i < signature_.scalars.size(); ++i)
     jit::encode_scalar(call.scalars[i], signature_.scalars[i].dtype, &scalars[i]);
   if (call.n == 0) {
+    // Stand-in tensors: host memory, or for a CUDA kernel device memory in its context (the
+    // kernel loads nothing from them, but Halide passes them to the device as they are).
+    void* stand_in = empty_tensor;
+    if (on_device())
+      stand_in = reinterpret_cast<void*>(jit::cuda_scratch(
+          cuda_context_ ? cuda_context_ : jit::cuda_primary_context(0)));
     KernelCall empty = call;
-    for (void*& p : empty.inputs) p = empty_tensor;
-    for (void*& p : empty.outputs) p = empty_tensor;
+    for (void*& p : empty.inputs) p = stand_in;
+    for (void*& p : empty.outputs) p = stand_in;
     empty.cols = 1;
     return run_slice(empty, scalars, 0, 1, /*empty=*/true);
   }

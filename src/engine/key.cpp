@@ -15,6 +15,7 @@ std::string Schedule::str() const {
                   ".m" + std::to_string(min_task);
   if (unroll > 1) s += ".u" + std::to_string(unroll);
   if (task_elems > 0) s += ".c" + std::to_string(task_elems);
+  if (prefetch != Schedule{}.prefetch) s += ".p" + std::to_string(prefetch);
   return s;
 }
 
@@ -68,8 +69,9 @@ namespace engine_detail {
 
 // Bumped whenever lowering or a schedule generates different code for the same graph and
 // Schedule (a changed op lowering, a new specialization), so that cached objects of the old code
-// are misses instead of being reused. 2: single-task calls bypass the thread pool.
-constexpr const char* kLoweringVersion = "lowering-2";
+// are misses instead of being reused. 2: single-task calls bypass the thread pool. 3: software
+// prefetch in the parallel tasks' loop (Schedule::prefetch).
+constexpr const char* kLoweringVersion = "lowering-3";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

@@ -117,6 +117,19 @@ CuContext cuda_primary_context(int ordinal) {
   return retained[ordinal] = ctx;
 }
 
+CuDevicePtr cuda_scratch(CuContext ctx) {
+  static std::mutex mutex;
+  static std::map<CuContext, CuDevicePtr> scratch;
+  const CudaDriver& cu = cuda_driver();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = scratch.find(ctx); it != scratch.end()) return it->second;
+  CudaContextScope scope(ctx);
+  CuDevicePtr p = 0;
+  cu.check(cu.cuMemAlloc(&p, 256), "cuMemAlloc(256 bytes of scratch)");
+  cu.check(cu.cuMemsetD32(p, 0, 64), "cuMemsetD32(scratch)");
+  return scratch[ctx] = p;
+}
+
 CudaContextScope::CudaContextScope(CuContext ctx) {
   const CudaDriver& cu = cuda_driver();
   cu.check(cu.cuCtxPushCurrent(ctx), "cuCtxPushCurrent");

@@ -58,6 +58,11 @@ const CudaDriver& cuda_driver();
 // valid in it. Throws Error.
 CuContext cuda_primary_context(int ordinal);
 
+// 256 zeroed bytes of device memory in context `ctx`, allocated on first use and kept for the
+// process (never freed, like the primary contexts): the stand-in tensors of an empty kernel call
+// that still computes results (Kernel::run; nothing is read from them). Throws Error.
+CuDevicePtr cuda_scratch(CuContext ctx);
+
 // Makes `ctx` current on this thread for the scope (cuCtxPushCurrent / cuCtxPopCurrent).
 class CudaContextScope {
  public:

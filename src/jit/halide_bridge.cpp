@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "jit/kernel_object.h"
 #include "lower/lower.h"
 #include "optfuse/error.h"
 
@@ -89,10 +90,7 @@ std::vector<char> compile_kernel_object(const Graph& canonical, const Schedule& 
   return halide_call("compiling " + fn_name, [&] {
     Halide::Target t = kernel_target(target);
     lower::Lowered l = lower::lower(canonical, s, t);
-    TempDir dir;
-    std::string path = dir.file("kernel.o");
-    l.pipeline.compile_to_object(path, l.args, fn_name, t);
-    return read_file(path);
+    return compile_module_to_object(l.pipeline.compile_to_module(l.args, fn_name, t));
   });
 }
 

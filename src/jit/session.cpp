@@ -55,6 +55,12 @@ std::shared_ptr<Session> Session::create(const std::vector<char>& runtime_object
     auto interface = reinterpret_cast<const halide_device_interface_t* (*)()>(
         session->jit_->lookup("halide_cuda_device_interface"));
     session->cuda_interface_ = interface();
+    // Reductions keep small per-call device buffers (block partials, totals, row values):
+    // without reuse Halide would cuMemAlloc and cuMemFree them at every call, and cuMemFree
+    // waits for the whole device. With reuse they are cached, per context and stream (a flag of
+    // the runtime; touches no driver state).
+    reinterpret_cast<int (*)(void*, bool)>(
+        session->jit_->lookup("halide_reuse_device_allocations"))(nullptr, true);
   }
   return session;
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "lower/lower_ops.h"
+#include "lower/prefetch.h"
 #include "lower/reduce.h"
 #include "lower/schedule.h"
 #include "optfuse/error.h"
@@ -55,8 +56,9 @@ class PipelineBuilder {
   Lowered build(const Schedule& s, const Halide::Target& target) {
     if (g_.outputs().empty() && g_.results().empty())
       throw Error("graph \"" + g_.name() + "\" has no outputs or results to compute");
-    check_supported(target);
+    check_supported();
     s_ = s;
+    gpu_ = target.has_gpu_feature();
     funcs_.per_row = uses_rows(g_);
     vars_ = {funcs_.x};
     if (funcs_.per_row) vars_.push_back(funcs_.y);
@@ -82,13 +84,15 @@ class PipelineBuilder {
     }
     funcs_.inputs = inputs_;
     apply_schedule(funcs_, s, target);
-    return Lowered{Halide::Pipeline(pipeline_outputs), arguments()};
+    Halide::Pipeline pipeline(pipeline_outputs);
+    add_prefetch_pass(pipeline, funcs_.prefetch_loops, s.prefetch);
+    return Lowered{pipeline, arguments()};
   }
 
  private:
-  // Reductions and results are CPU-only so far; mixing whole-tensor and per-row reductions in
-  // one graph is not supported yet (the partitioner cuts such graphs into two kernels).
-  void check_supported(const Halide::Target& target) const {
+  // Opaque ops never compile into a kernel; mixing whole-tensor and per-row reductions in one
+  // graph is not supported yet on any target (the partitioner cuts such graphs into two kernels).
+  void check_supported() const {
     const Node* whole = nullptr;
     const Node* row = nullptr;
     for (const Node& n : g_.nodes()) {
@@ -101,11 +105,6 @@ class PipelineBuilder {
         throw Error(graph + "opaque op \"" + n.name +
                     "\" cannot be compiled into a kernel; partition the graph "
                     "(include/optfuse/partition.h) and run it between the kernels");
-    if (target.has_gpu_feature() && (whole || row || !g_.results().empty()))
-      throw Error(graph + (whole || row ? std::string(op_name((whole ? whole : row)->op))
-                                        : std::string("results")) +
-                  ": reductions and results are not yet supported on GPU targets (" +
-                  target.to_string() + "); use a CPU target");
     if (whole && row)
       throw Error(graph + std::string(op_name(whole->op)) + " and " +
                   std::string(op_name(row->op)) +
@@ -269,8 +268,10 @@ class PipelineBuilder {
     // Every tensor has the same extent (Kernel::run builds them so); a reduced value is per
     // element, so the graph has at least one tensor input. chunk == 0: an empty call (lower.h).
     Expr count = Halide::select(chunk_ > 0, inputs_.at(0).dim(0).extent(), 0);
-    funcs_.whole.push_back(
-        reduce_whole(n.op, reduction_operand(id, name), count, chunk_, s_.vector_width, name));
+    funcs_.whole.push_back(gpu_ ? reduce_whole_gpu(n.op, reduction_operand(id, name), count,
+                                                   s_.vector_width, s_.gpu_block, name)
+                                : reduce_whole(n.op, reduction_operand(id, name), count, chunk_,
+                                               s_.vector_width, name));
     Expr v = finish(n.op, funcs_.whole.back().total(), count);
     return Halide::cast(halide_type(n.dtype), v);
   }
@@ -279,7 +280,9 @@ class PipelineBuilder {
     const Node& n = g_.node(id);
     const std::string name = "row" + std::to_string(stages_named_++);
     funcs_.rows.push_back(
-        reduce_rows(n.op, reduction_operand(id, name), cols_, s_.vector_width, name));
+        gpu_ ? reduce_rows_gpu(n.op, reduction_operand(id, name), cols_, s_.vector_width,
+                               s_.gpu_block, name)
+             : reduce_rows(n.op, reduction_operand(id, name), cols_, s_.vector_width, name));
     Expr v = finish(n.op, funcs_.rows.back().row(funcs_.y), cols_);
     return Halide::cast(halide_type(n.dtype), v);
   }
@@ -294,6 +297,7 @@ class PipelineBuilder {
 
   const Graph& g_;
   Schedule s_;
+  bool gpu_ = false;  // a GPU target: the reductions get their GPU definitions (reduce.h)
   std::vector<Halide::Var> vars_;  // x, or x, y for per-row graphs
   std::vector<Expr> uexpr_;        // memo by node id
   std::vector<Expr> texpr_[2];     // memo by context, node id
@@ -340,6 +344,7 @@ Schedule resolve_schedule(Schedule s, const Halide::Target& target) {
   s.min_task = std::max<int64_t>(s.min_task, 1);
   s.unroll = std::max(s.unroll, 1);
   s.task_elems = std::max<int64_t>(s.task_elems, 0);
+  s.prefetch = std::max(s.prefetch, 0);
   return s;
 }
 

@@ -14,9 +14,12 @@
 //   * `out(x)`: ONE Func returning a Tuple of all outputs, in canonical output order (sorted by
 //     the input they replace): p', m', v' come out of one loop.
 //   * reductions (reduce.h): prologue stages computed before `out`; whole-tensor ones are root
-//     Funcs read through `uniforms`, per-row ones are computed per row inside `out`'s row loop;
+//     Funcs read through `uniforms`, per-row ones are computed per row inside `out`'s row loop
+//     (CPU) or by a kernel of their own before `out` (CUDA: reduce.h, schedule.cpp);
 //   * `results()`: a 0-D Func whose Tuple holds the graph's results as f64, sorted by name (a
-//     pipeline output realized before `out`; a graph with results only has no `out`).
+//     pipeline output realized before `out`; a graph with results only has no `out`). On CUDA
+//     targets it is a host stage: Halide copies the 8-byte totals it reads back from the device
+//     (the only device->host copy; tensors never move), and the result buffers stay host memory.
 // Graphs with per-row reductions are 2-D: every tensor is [cols, rows] (x along a row) and
 // `out(x, y)`; the others are 1-D.
 // Halide argument order (the `_argv` entry point): [user_context, inputs..., scalars..., chunk,

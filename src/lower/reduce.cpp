@@ -42,6 +42,27 @@ Expr combine(Combine c, const Expr& acc, const Expr& v) {
   return nan_min_max(c == Combine::Min, acc, v);
 }
 
+// One kernel of `block`-thread blocks: block b reduces src(j, b) for j in
+// [0, steps * block * vector_width), thread t the vectors t, t + block, t + 2 * block, ...
+// (`src` is the identity past the data).
+BlockReduce block_reduce(Combine c, const Func& src, const Expr& steps, int block, int vector_width,
+                         const std::string& name) {
+  BlockReduce k{Func(name + "_lanes"), Func(name + "_threads"), Func(name + "_acc"),
+                Func(name + "_blocks"), vector_width};
+  Var v("v"), t("t"), b("b");
+  Halide::RDom r(0, steps, name + "_r");
+  k.lanes(v, t, b) = identity(c);
+  k.lanes(v, t, b) = combine(c, k.lanes(v, t, b), src((r * block + t) * vector_width + v, b));
+  Halide::RDom rv(0, vector_width, name + "_rv");
+  k.threads(t, b) = identity(c);
+  k.threads(t, b) = combine(c, k.threads(t, b), k.lanes(rv, t, b));
+  Halide::RDom rt(0, block, name + "_rt");
+  k.acc(b) = identity(c);
+  k.acc(b) = combine(c, k.acc(b), k.threads(rt, b));
+  k.out(b) = k.acc(b);
+  return k;
+}
+
 }  // namespace
 
 WholeReduction reduce_whole(Op op, const Func& value, const Expr& n, const Expr& chunk,
@@ -54,7 +75,7 @@ WholeReduction reduce_whole(Op op, const Func& value, const Expr& n, const Expr&
   Expr tasks = (n + task_vectors * vw - 1) / (task_vectors * vw);
   Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c), {{0, n}});
 
-  WholeReduction r{Func(name + "_lanes"), Func(name + "_total"), n <= chunk};
+  WholeReduction r{Func(name + "_lanes"), Func(name + "_total"), n <= chunk, {}};
   Var l("l"), ch("c");
   Halide::RDom k(0, task_vectors, name + "_k");
   r.lanes(l, ch) = identity(c);
@@ -71,7 +92,7 @@ RowReduction reduce_rows(Op op, const Func& value, const Expr& cols, int vector_
   const Expr vw = vector_width;
   Func bounded =
       Halide::BoundaryConditions::constant_exterior(value, identity(c), {{0, cols}, {Expr(), Expr()}});
-  RowReduction r{Func(name + "_lanes"), Func(name + "_row")};
+  RowReduction r{Func(name + "_lanes"), Func(name + "_row"), {}};
   Var l("l"), y("y");
   Halide::RDom k(0, (cols + vw - 1) / vw, name + "_k");
   r.lanes(l, y) = identity(c);
@@ -79,6 +100,46 @@ RowReduction reduce_rows(Op op, const Func& value, const Expr& cols, int vector_
   Halide::RDom t(0, vector_width, name + "_t");
   r.row(y) = identity(c);
   r.row(y) = combine(c, r.row(y), r.lanes(t, y));
+  return r;
+}
+
+WholeReduction reduce_whole_gpu(Op op, const Func& value, const Expr& n, int vector_width,
+                                int block, const std::string& name) {
+  const Combine c = combine_of(op);
+  // Kernel 1: blocks of contiguous ranges, as many as the tensor fills (at most kMaxGpuBlocks:
+  // enough to fill any current GPU, few enough for kernel 2), `steps` strides per thread.
+  const Expr per_step = block * vector_width;
+  Expr strides = (n + per_step - 1) / per_step;  // for one block
+  Expr blocks = Halide::clamp(strides, 1, kMaxGpuBlocks);
+  Expr steps = (strides + blocks - 1) / blocks;
+  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c), {{0, n}});
+  Var j("j"), b("b");
+  Func range(name + "_range");
+  range(j, b) = bounded(b * (steps * per_step) + j);
+  WholeReduction r{Func(name + "_lanes"), Func(name + "_total"),
+                   Halide::Internal::const_true(), {}};
+  r.gpu.push_back(block_reduce(c, range, steps, block, vector_width, name));
+  // Kernel 2: one block combines the block partials.
+  Func partials = Halide::BoundaryConditions::constant_exterior(r.gpu[0].out, identity(c),
+                                                                {{0, blocks}});
+  Func all(name + "_partials");
+  all(j, b) = partials(j);
+  r.gpu.push_back(block_reduce(c, all, (blocks + block - 1) / block, block, 1, name + "_final"));
+  r.total() = r.gpu[1].out(0);
+  return r;
+}
+
+RowReduction reduce_rows_gpu(Op op, const Func& value, const Expr& cols, int vector_width,
+                             int block, const std::string& name) {
+  const Combine c = combine_of(op);
+  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c),
+                                                               {{0, cols}, {Expr(), Expr()}});
+  RowReduction r{Func(name + "_lanes"), Func(name + "_row"), {}};
+  const Expr per_step = block * vector_width;
+  r.gpu.push_back(
+      block_reduce(c, bounded, (cols + per_step - 1) / per_step, block, vector_width, name));
+  Var y("y");
+  r.row(y) = r.gpu[0].out(y);
   return r;
 }
 
@@ -102,6 +163,25 @@ void schedule_rows(RowReduction& r, const Halide::LoopLevel& row_loop, int vecto
   r.lanes.compute_at(row_loop).vectorize(l, vector_width);
   r.lanes.update().vectorize(l, vector_width);
   r.row.compute_at(row_loop);
+}
+
+void schedule_gpu(std::vector<BlockReduce>& kernels) {
+  for (BlockReduce& k : kernels) {
+    Var b = k.out.args()[0], t = k.threads.args()[0], v = k.lanes.args()[0];
+    k.out.compute_root().gpu_blocks(b);
+    // Block-level code outside a thread loop runs in thread 0 (Halide's FuseGPUThreadLoops), with
+    // barriers around it: the thread partials (shared memory) are complete before it reads them.
+    k.acc.compute_at(k.out, b);
+    k.threads.compute_at(k.out, b).gpu_threads(t);
+    k.threads.update().gpu_threads(t);
+    // Each thread's lanes live in registers; their loop over the strides is split by Halide's
+    // loop partitioning into a steady state of dense vector loads and guarded ends.
+    k.lanes.compute_at(k.threads, t);
+    if (k.vector_width > 1) {
+      k.lanes.vectorize(v);
+      k.lanes.update().vectorize(v);
+    }
+  }
 }
 
 }  // namespace optfuse::lower

@@ -15,6 +15,8 @@ void apply_schedule(PipelineFuncs& f, const Schedule& s, const Halide::Target& t
 }
 
 void apply_cpu_schedule(PipelineFuncs& f, const Schedule& s) {
+  // No prefetches in reduction prologues yet: their loads are clamped (not a plain dense ramp,
+  // which is all lower/prefetch.cpp recognizes).
   for (WholeReduction& r : f.whole) schedule_whole(r, s.vector_width);
   if (f.per_row) return apply_cpu_row_schedule(f, s);
   if (f.out.defined()) apply_cpu_flat_schedule(f, s);
@@ -49,6 +51,9 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   // All inputs of a vector are loaded before any output of it is stored: in place is safe by
   // construction rather than by LLVM's alias analysis.
   if (f.load.defined()) f.load.compute_at(f.out, xv);
+  // The parallel tasks stream from memory; a call that fits one task is mostly cache-resident
+  // (and per-call overhead matters there), so the single-task loop gets no prefetches.
+  if (s.prefetch > 0) f.prefetch_loops.push_back("." + xi.name());
 }
 
 void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
@@ -71,24 +76,19 @@ void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
       .parallel(yo);
   for (RowReduction& r : f.rows) schedule_rows(r, Halide::LoopLevel(f.out, yi), s.vector_width);
   if (f.load.defined()) f.load.compute_at(f.out, xv);
+  // Each row is read from memory by its reductions, then from cache by the update: prefetches
+  // in the row loop run ahead into the rest of the row and on into the task's next row.
+  if (s.prefetch > 0) f.prefetch_loops.push_back("." + yi.name());
   if (f.uniforms.defined()) f.uniforms.compute_root();
 }
 
 void apply_cuda_schedule(PipelineFuncs& f, const Schedule& s) {
   using Halide::TailStrategy;
-  Halide::Var xt("xt"), xv("xv"), bx("bx"), tx("tx");
-  // Thread t of the grid handles elements [t*vw, t*vw + vw): one vw-lane vector per tensor (4 f32
-  // lanes: ld.global.v4.f32; Halide 14 + LLVM 14 store them as two st.global.u64, see
-  // src/lower/README.md). The grid is ceil(n / (gpu_block * vw)) blocks, derived from the
-  // output extent at each call, so any n is covered. Both splits guard their tail (GuardWithIf):
-  // threads past the end do nothing and the last vector is predicated; no element is computed
-  // twice (ShiftInwards would, breaking in-place updates) and no memory past n is touched.
-  f.out.split(f.x, xt, xv, s.vector_width, TailStrategy::GuardWithIf)
-      .vectorize(xv)
-      .gpu_tile(xt, bx, tx, s.gpu_block, TailStrategy::GuardWithIf);
-  // Each thread loads all of its inputs before it stores any output; threads never share
-  // elements, so in-place updates stay safe.
-  if (f.load.defined()) f.load.compute_at(f.out, xv);
+  // Reductions: kernels of their own before `out` (reduce.h); `out` reads their totals / row
+  // values from device memory. `results` (a host Func: Halide copies the few f64 totals it reads
+  // back to the host) is left unscheduled.
+  for (WholeReduction& r : f.whole) schedule_gpu(r.gpu);
+  for (RowReduction& r : f.rows) schedule_gpu(r.gpu);
   // 128-bit accesses need an alignment the kernel can prove: every buffer starts at element 0
   // (Kernel::run builds them so; this removes the min differences from every index) and its data
   // at a multiple of one vector (capped at 16 bytes; cuMemAlloc gives 256). Without this, LLVM
@@ -103,8 +103,35 @@ void apply_cuda_schedule(PipelineFuncs& f, const Schedule& s) {
     b.set_host_alignment(std::max(align, b.type().bytes()));
   };
   for (Halide::ImageParam& in : f.inputs) constrain(in, true);
+  if (!f.out.defined()) return;  // a statistics kernel: results only
   std::vector<Halide::OutputImageParam> outs = f.out.output_buffers();
   for (size_t i = 0; i < outs.size(); ++i) constrain(outs[i], i == 0);
+  Halide::Var xt("xt"), xv("xv"), bx("bx"), tx("tx"), xo("xo");
+  if (f.per_row) {
+    // One block per row (y), its threads over the row's vectors, striding when the row is longer
+    // than the block (consecutive threads, consecutive vectors); both splits GuardWithIf. The
+    // row's reductions were computed by their own kernel, read here once per thread.
+    f.out.split(f.x, xt, xv, s.vector_width, TailStrategy::GuardWithIf)
+        .vectorize(xv)
+        .split(xt, xo, tx, s.gpu_block, TailStrategy::GuardWithIf)
+        .reorder(xv, xo, tx, f.y)
+        .gpu_blocks(f.y)
+        .gpu_threads(tx);
+    if (f.load.defined()) f.load.compute_at(f.out, xv);
+    return;
+  }
+  // Thread t of the grid handles elements [t*vw, t*vw + vw): one vw-lane vector per tensor (4 f32
+  // lanes: ld.global.v4.f32; Halide 14 + LLVM 14 store them as two st.global.u64, see
+  // src/lower/README.md). The grid is ceil(n / (gpu_block * vw)) blocks, derived from the
+  // output extent at each call, so any n is covered. Both splits guard their tail (GuardWithIf):
+  // threads past the end do nothing and the last vector is predicated; no element is computed
+  // twice (ShiftInwards would, breaking in-place updates) and no memory past n is touched.
+  f.out.split(f.x, xt, xv, s.vector_width, TailStrategy::GuardWithIf)
+      .vectorize(xv)
+      .gpu_tile(xt, bx, tx, s.gpu_block, TailStrategy::GuardWithIf);
+  // Each thread loads all of its inputs before it stores any output; threads never share
+  // elements, so in-place updates stay safe.
+  if (f.load.defined()) f.load.compute_at(f.out, xv);
   // Scalar-only subexpressions are inlined into the kernel (uniforms is left compute_inline), so
   // each thread recomputes them from the scalar Params, which Halide passes to the kernel by
   // value. compute_root would compute them on the host into a buffer that Halide then copies to

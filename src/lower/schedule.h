@@ -2,6 +2,7 @@
 // Schedules for the lowered pipeline (internal; includes Halide.h — src/lower and src/jit only).
 #include <Halide.h>
 
+#include <string>
 #include <vector>
 
 #include "lower/reduce.h"
@@ -22,6 +23,8 @@ struct PipelineFuncs {
   std::vector<RowReduction> rows;           // per-row stages (per_row graphs)
   bool per_row = false;  // 2-D: out(x, y), x along a row of `cols` elements
   Halide::Var y{"y"};
+  // Loops that get software prefetches (lower/prefetch.h): those whose name contains one of these.
+  std::vector<std::string> prefetch_loops;
 };
 
 // The branch point between targets: CUDA targets get apply_cuda_schedule, CPU targets
@@ -42,6 +45,8 @@ void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s);
 // One CUDA kernel: each thread handles `vector_width` consecutive elements as one vector (128-bit
 // global loads/stores for f32), gpu_tile'd in blocks of `gpu_block` threads over a grid that
 // covers any n; tails guarded (GuardWithIf). `uniforms` is inlined, `chunk` unused (see .cpp).
+// Reductions are kernels of their own before it (reduce.h: schedule_gpu); per-row graphs get one
+// block per row; `results` stays a host stage (lower.h).
 void apply_cuda_schedule(PipelineFuncs& f, const Schedule& s);
 
 }  // namespace optfuse::lower

@@ -18,10 +18,13 @@ namespace {
 using nlohmann::json;
 
 json schedule_json(const Schedule& s) {
-  return {{"vector_width", s.vector_width}, {"tasks_per_thread", s.tasks_per_thread},
-          {"min_task", s.min_task},         {"unroll", s.unroll},
-          {"task_elems", s.task_elems},     {"gpu_block", s.gpu_block},
-          {"str", s.str()}};
+  json j = {{"vector_width", s.vector_width}, {"tasks_per_thread", s.tasks_per_thread},
+            {"min_task", s.min_task},         {"unroll", s.unroll},
+            {"task_elems", s.task_elems},     {"gpu_block", s.gpu_block},
+            {"str", s.str()}};
+  // Written only when not the default, as in str(): files from before the field stay canonical.
+  if (s.prefetch != Schedule{}.prefetch) j["prefetch"] = s.prefetch;
+  return j;
 }
 
 // A field of `j` (an object), checked; `where` names the entry for messages.
@@ -48,8 +51,10 @@ Schedule schedule_from(const json& j, const std::string& where) {
   s.unroll = field<int>(j, "unroll", where, 1, false);
   s.task_elems = field<int64_t>(j, "task_elems", where, 0, false);
   s.gpu_block = field<int>(j, "gpu_block", where, 0, false);
+  s.prefetch = field<int>(j, "prefetch", where, s.prefetch, false);
   if (s.vector_width < 0 || s.tasks_per_thread < 1 || s.min_task < 1 || s.unroll < 1 ||
-      s.unroll > 64 || s.task_elems < 0 || s.gpu_block < 0)
+      s.unroll > 64 || s.task_elems < 0 || s.gpu_block < 0 || s.prefetch < 0 ||
+      s.prefetch > (1 << 16))
     throw Error(where + ": schedule " + j.dump() + " has a value out of range");
   return s;
 }

@@ -180,7 +180,10 @@ std::vector<ScheduleDimension> schedule_space(const std::string& resolved_target
       s.tasks_per_thread = 1;
       s.task_elems = c;
     });
-  space = {vw, unroll, tasks};
+  ScheduleDimension prefetch{"prefetch", {}, {}};
+  for (int p : {0, 1024, 2048, 4096})
+    add(prefetch, "p" + std::to_string(p), [p](Schedule& s) { s.prefetch = p; });
+  space = {vw, unroll, tasks, prefetch};
   return space;
 }
 

@@ -1,0 +1,185 @@
+// Software prefetch in CPU kernels (src/lower/prefetch.*, Schedule::prefetch): where the lowered
+// code prefetches (every input, every cache line of each vector, `prefetch` bytes ahead, only in
+// the parallel tasks' loop or the row loop of per-row kernels), that prefetch = 0 removes it, that the prefetches are t0 (not the
+// nta Halide emits), and that prefetching never changes a result bit.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "jit/halide_bridge.h"
+#include "optfuse/optfuse.hpp"
+#include "support/engine.h"
+#include "support/gen.h"
+#include "support/run_kernel.h"
+
+namespace optfuse {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const char* kTarget = "x86-64-linux-avx2-fma";  // 8 f32 lanes: the default vector is 16 lanes
+
+Schedule with_prefetch(int bytes) {
+  Schedule s;
+  s.prefetch = bytes;
+  return jit::resolve_schedule(s, kTarget);
+}
+
+std::string stmt(const Graph& g, int prefetch_bytes) {
+  return jit::lowered_stmt(canonicalize(g), with_prefetch(prefetch_bytes), kTarget);
+}
+
+// The prefetch calls of a lowered statement: "(float32)prefetch(in1_grad, <offset>, 1, 1)".
+std::multiset<std::string> prefetched_buffers(const std::string& text) {
+  std::multiset<std::string> names;
+  std::regex call(R"(prefetch\((in[0-9]+_[A-Za-z0-9_]+),)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), call); it != std::sregex_iterator();
+       ++it)
+    names.insert((*it)[1]);
+  return names;
+}
+
+TEST(Prefetch, EveryInputEveryLineAheadInTheParallelLoopOnly) {
+  Graph adamw = update_graph({{"type", "adamw"}});
+  std::string text = stmt(adamw, 2048);
+  std::multiset<std::string> names = prefetched_buffers(text);
+  for (const char* in : {"in0_param", "in1_grad", "in2_exp_avg", "in3_exp_avg_sq"}) {
+    SCOPED_TRACE(in);
+    // 16 lanes x 4 bytes = one 64-byte line per vector; the loop body appears more than once
+    // (the main loop and its partitioned tail), each with the same prefetches.
+    EXPECT_GE(names.count(in), 1u);
+    EXPECT_EQ(names.count(in), names.count("in0_param"));
+  }
+  EXPECT_EQ(names.size() % 4, 0u);
+  // 2048 bytes = 512 f32 elements ahead of the vector being loaded.
+  EXPECT_THAT(text, HasSubstr(") + 512, 1, 1)"));
+  // Only inside the parallel tasks' loop (out.s0.x.xvo.xi): every prefetch names it or a value
+  // derived from it in the same loop; the single-task path (loop out.s0.x.xvo) has none.
+  size_t single = text.find("for (out.s0.x.xvo, ");
+  ASSERT_NE(single, std::string::npos) << text;
+  size_t single_end = text.find("for (", single + 5);
+  EXPECT_THAT(text.substr(single, single_end - single), Not(HasSubstr("prefetch(")));
+}
+
+TEST(Prefetch, TwoByteTypesAndWideVectorsPrefetchEachLineOnce) {
+  // bf16 params (f32 master): 16 lanes x 2 bytes = half a line; f32 at 32 lanes = 2 lines.
+  Graph mixed = update_graph({{"type", "adamw"}}, {}, DType::BF16, DType::BF16);
+  std::string mixed_text = stmt(mixed, 1024);
+  std::multiset<std::string> names = prefetched_buffers(mixed_text);
+  EXPECT_GT(names.count("in1_grad"), 0u);  // bf16, read
+  EXPECT_EQ(names.count("in0_param"), 0u) << mixed_text;  // bf16, only written: never loaded
+  EXPECT_THAT(mixed_text, HasSubstr(") + 512, 1, 1)"));   // bf16: 1024 bytes = 512 elements
+  EXPECT_THAT(mixed_text, HasSubstr(") + 256, 1, 1)"));   // f32 master and state: 256
+  // One line per vector of each: no second-line prefetch (it would be at 512 + 32, 256 + 16).
+  EXPECT_THAT(mixed_text, Not(HasSubstr(") + 544, 1, 1)")));
+  EXPECT_THAT(mixed_text, Not(HasSubstr(") + 272, 1, 1)")));
+  Schedule wide = with_prefetch(1024);
+  wide.vector_width = 32;
+  std::string text =
+      jit::lowered_stmt(canonicalize(update_graph({{"type", "sgd"}})), wide, kTarget);
+  EXPECT_THAT(text, HasSubstr(") + 256, 1, 1)"));  // 1024 bytes = 256 f32
+  EXPECT_THAT(text, HasSubstr(") + 272, 1, 1)"));  // the vector's second line
+}
+
+TEST(Prefetch, ZeroMeansNoneAndChangesTheKey) {
+  Graph adamw = update_graph({{"type", "adamw"}});
+  EXPECT_TRUE(prefetched_buffers(stmt(adamw, 0)).empty());
+  EXPECT_THAT(with_prefetch(0).str(), HasSubstr(".p0"));
+  EXPECT_THAT(with_prefetch(4096).str(), HasSubstr(".p4096"));
+  EXPECT_THAT(with_prefetch(2048).str(), Not(HasSubstr(".p")));  // the default: keys unchanged
+}
+
+TEST(Prefetch, ObjectCodeUsesPrefetchT0) {
+  // Halide 14 emits locality 0 (prefetchnta); jit/kernel_object.cpp makes it 3 (prefetcht0).
+  if (std::system("objdump --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no objdump";
+  Graph adamw = update_graph({{"type", "adamw"}});
+  std::vector<char> obj =
+      jit::compile_kernel_object(canonicalize(adamw), with_prefetch(2048), kTarget, "k");
+  std::string path = ::testing::TempDir() + "/prefetch_kernel.o";
+  std::ofstream(path, std::ios::binary).write(obj.data(), std::streamsize(obj.size()));
+  std::string listing;
+  FILE* p = ::popen(("objdump -d " + path).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  for (size_t got; (got = std::fread(buf, 1, sizeof buf, p)) > 0;) listing.append(buf, got);
+  ASSERT_EQ(::pclose(p), 0);
+  auto count = [&](const std::string& what) {
+    size_t c = 0;
+    for (size_t at = listing.find(what); at != std::string::npos; at = listing.find(what, at + 1))
+      ++c;
+    return c;
+  };
+  EXPECT_GE(count("prefetcht0"), 4u);  // at least one per input
+  EXPECT_EQ(count("prefetchnta"), 0u);
+  std::remove(path.c_str());
+}
+
+TEST(Prefetch, NeverChangesAResult) {
+  Engine& e = testing::shared_engine();
+  for (const Options& config : {Options{{"type", "adamw"}, {"weight_decay", 0.01}},
+                                Options{{"type", "sgd"}, {"momentum", 0.9}, {"nesterov", true}}}) {
+    const std::string type = config["type"];
+    Graph g = update_graph(config);
+    Schedule off, far;
+    off.prefetch = 0;
+    far.prefetch = 4096;
+    auto base = e.kernel(g), k0 = e.kernel(g, off), k4 = e.kernel(g, far);
+    EXPECT_NE(k0->key(), base->key());
+    // Sizes that take the parallel path (more than one task) with ragged tails.
+    for (int64_t n : {int64_t(7), int64_t(40001), int64_t(1) << 18 | 5}) {
+      SCOPED_TRACE(type + " n=" + std::to_string(n));
+      testing::Tensors in;
+      uint32_t seed = 1;
+      for (const auto& t : base->signature().inputs) {
+        std::vector<double> v(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = testing::gen(seed, uint64_t(i));
+        in[t.name] = v;
+        ++seed;
+      }
+      testing::Scalars sc;
+      for (const auto& s : base->signature().scalars) sc[s.name] = 0.3;
+      testing::Tensors want = testing::run_kernel(*base, in, sc);
+      // Exactly equal (a NaN where the other has one: some exp_avg_sq inputs are negative).
+      testing::expect_close(testing::run_kernel(*k0, in, sc), want, 0.0, 0.0);
+      testing::expect_close(testing::run_kernel(*k4, in, sc), want, 0.0, 0.0);
+    }
+  }
+}
+
+TEST(Prefetch, PerRowKernelsPrefetchInTheRowLoopAndKeepTheirBits) {
+  // Gradient centralization: each row is reduced (its mean), then updated.
+  Graph gc = update_graph({{"type", "adamw"}, {"grad_centralization", true}});
+  EXPECT_THAT(stmt(gc, 2048), HasSubstr("prefetch(in1_grad"));
+  EXPECT_TRUE(prefetched_buffers(stmt(gc, 0)).empty());
+  Engine& e = testing::shared_engine();
+  Schedule off;
+  off.prefetch = 0;
+  auto base = e.kernel(gc), k0 = e.kernel(gc, off);
+  const int64_t cols = 777, rows = 301;  // ragged rows, several tasks
+  testing::Tensors in;
+  uint32_t seed = 11;
+  for (const auto& t : base->signature().inputs) {
+    std::vector<double> v(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::abs(testing::gen(seed, uint64_t(i)));
+    in[t.name] = v;
+    ++seed;
+  }
+  testing::Scalars sc;
+  for (const auto& s : base->signature().scalars) sc[s.name] = 0.3;
+  testing::RunOptions ro;
+  ro.cols = cols;
+  testing::Scalars unused;
+  testing::Tensors want = testing::run_kernel(*base, in, sc, ro, &unused);
+  testing::expect_close(testing::run_kernel(*k0, in, sc, ro, &unused), want, 0.0, 0.0);
+}
+
+}  // namespace
+}  // namespace optfuse
