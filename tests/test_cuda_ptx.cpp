@@ -169,6 +169,27 @@ TEST(CudaSchedule, BlockSizeIsAScheduleField) {
   EXPECT_FALSE(e.precompile(g));
 }
 
+// LLVM 14's NVPTX backend aborts the process on f32 -> bf16; lowering refuses first, with an Error
+// (bf16 state here; bf16 params likewise), while bf16 grads (loads only) and f16 params compile.
+TEST(CudaSchedule, Bf16ConversionsAreAClearErrorNotAnAbort) {
+  EngineOptions o;
+  o.target = kTarget;
+  o.compile_only = true;
+  Engine e(o);
+  Graph bf16_state = update_graph({{"type", "adamw"}, {"state_dtype", "bf16"}});
+  try {
+    e.precompile(bf16_state);
+    FAIL() << "bf16 state must be refused on a CUDA target";
+  } catch (const Error& err) {
+    EXPECT_THAT(err.what(), HasSubstr("to bf16 is not supported on GPU targets"));
+  }
+  EXPECT_NO_THROW(e.precompile(update_graph({{"type", "sgd"}}, {}, DType::F16, DType::BF16)));
+  // The same graph compiles for the CPU.
+  EngineOptions cpu;
+  cpu.compile_only = true;
+  EXPECT_NO_THROW(Engine(cpu).precompile(bf16_state));
+}
+
 TEST(CudaEngine, CompileOnlyEngineCachesObjectsWithoutADevice) {
   fs::path dir = fs::temp_directory_path() / ("optfuse-cuda-cache-" + std::to_string(getpid()));
   fs::remove_all(dir);
