@@ -19,6 +19,7 @@
 #include "lower/reduce.h"
 #include "optfuse/optfuse.hpp"
 #include "optim/grad_stats.h"
+#include "support/ptxas.h"
 
 namespace optfuse {
 namespace {
@@ -93,34 +94,11 @@ std::vector<Case> cases() {
 }
 
 std::vector<char> cuda_object(const Graph& g, const std::string& target = kTarget) {
-  std::string resolved = jit::resolve_target(target);
-  return jit::compile_kernel_object(canonicalize(g), jit::resolve_schedule(Schedule{}, resolved),
-                                    resolved, "optfuse_cuda_reduce_test");
+  return testing::cuda_object(g, target, "optfuse_cuda_reduce_test");
 }
 
-// /usr/local/cuda/bin/ptxas, else ptxas on PATH; "" if neither.
-std::string find_ptxas() {
-  if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0) return "/usr/local/cuda/bin/ptxas";
-  if (std::system("command -v ptxas > /dev/null 2>&1") == 0) return "ptxas";
-  return "";
-}
-
-// Runs ptxas on `ptx` for `arch`; returns "" on success, else its output.
-std::string ptxas(const std::string& tool, const std::string& ptx, const std::string& arch,
-                  const std::string& label) {
-  fs::path dir = fs::temp_directory_path() / ("optfuse-rptx-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  fs::path in = dir / (label + ".ptx"), out = dir / (label + "." + arch + ".cubin"),
-           log = dir / (label + "." + arch + ".log");
-  std::ofstream(in) << ptx;
-  std::string cmd = tool + " -arch=" + arch + " " + in.string() + " -o " + out.string() + " > " +
-                    log.string() + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::ifstream l(log);
-  std::string text((std::istreambuf_iterator<char>(l)), {});
-  fs::remove_all(dir);
-  return rc == 0 ? "" : "ptxas -arch=" + arch + " failed (" + std::to_string(rc) + "): " + text;
-}
+using testing::find_ptxas;
+using testing::ptxas;
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
