@@ -1,5 +1,8 @@
 #include "lower/prefetch.h"
 
+#include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace optfuse::lower {
@@ -10,7 +13,8 @@ using Halide::Expr;
 
 constexpr int kLineBytes = 64;  // x86-64 and AArch64 data cache lines
 
-// Dense vector loads of pipeline input buffers (Load nodes with a stride-1 ramp index).
+// Dense vector loads of pipeline input buffers (Load nodes with a stride-1 ramp index), each
+// (buffer, index) once: a value that reads the same vector twice gets one set of prefetches.
 class FindInputStreams : public IRVisitor {
  public:
   std::vector<const Load*> loads;
@@ -38,7 +42,8 @@ class InjectLinePrefetches : public IRMutator {
 
   Stmt visit(const For* op) override {
     bool was_inside = inside_;
-    for (const std::string& loop : loops_) inside_ = inside_ || op->name.find(loop) != std::string::npos;
+    for (const std::string& loop : loops_)
+      inside_ = inside_ || op->name.find(loop) != std::string::npos;
     Stmt s = IRMutator::visit(op);
     inside_ = was_inside;
     return s;
