@@ -33,30 +33,33 @@ halide_type_t buffer_type(DType t) {
   internal_error("buffer_type: bad dtype");
 }
 
-// A buffer over `data` from element `offset`: host memory, or, with `device`, a CUDA device
-// pointer wrapped as Halide's halide_cuda_wrap_device_ptr would (no host copy, never dirty, so
-// the pipeline's halide_copy_to_device is a no-op; nothing to free: the caller owns the memory).
-halide_buffer_t call_buffer(void* data, int64_t offset, DType t, halide_dimension_t* dim,
-                            const halide_device_interface_t* device, int dimensions = 1) {
-  halide_buffer_t b{};
+// Makes `*b` a buffer over `data` from element `offset`: host memory, or, with `device`, a CUDA
+// device pointer wrapped as Halide's halide_cuda_wrap_device_ptr would (no host copy, never
+// dirty, so the pipeline's halide_copy_to_device is a no-op; nothing to free: the caller owns the
+// memory). Written in place: building a temporary and copying it costs a store-forwarding stall
+// per buffer, a measurable share of a call on a small tensor.
+halide_buffer_t* init_buffer(void* slot, void* data, int64_t offset, DType t,
+                             halide_dimension_t* dim, const halide_device_interface_t* device,
+                             int dimensions = 1) {
+  auto* b = new (slot) halide_buffer_t{};
   uint8_t* at = static_cast<uint8_t*>(data) + offset * static_cast<int64_t>(dtype_size(t));
   if (device) {
-    b.device = reinterpret_cast<uint64_t>(at);
-    b.device_interface = device;
+    b->device = reinterpret_cast<uint64_t>(at);
+    b->device_interface = device;
   } else {
-    b.host = at;
+    b->host = at;
   }
-  b.type = buffer_type(t);
-  b.dimensions = dimensions;
-  b.dim = dim;
+  b->type = buffer_type(t);
+  b->dimensions = dimensions;
+  b->dim = dim;
   return b;
 }
 
-// A 0-D f64 buffer over one result slot.
-halide_buffer_t result_buffer(double* slot) {
-  halide_buffer_t b{};
-  b.host = reinterpret_cast<uint8_t*>(slot);
-  b.type = halide_type_t(halide_type_float, 64);
+// Makes `*b` a 0-D f64 buffer over one result slot.
+halide_buffer_t* init_result_buffer(void* slot, double* result) {
+  auto* b = new (slot) halide_buffer_t{};
+  b->host = reinterpret_cast<uint8_t*>(result);
+  b->type = halide_type_t(halide_type_float, 64);
   return b;
 }
 
@@ -205,25 +208,23 @@ void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, i
     Slot() {}
   } slots[2 * kMaxTensors + kMaxResults];
   size_t b = 0, a = 1;
-  auto place = [&](const halide_buffer_t& value) {
-    return new (&slots[b++].buffer) halide_buffer_t(value);
-  };
+  auto next_slot = [&]() -> void* { return &slots[b++].buffer; };
   void* args[3 + 2 * kMaxTensors + kMaxScalars + kMaxResults];
   int32_t chunk = empty ? 0 : static_cast<int32_t>(chunk_for(n));
   int32_t cols32 = static_cast<int32_t>(cols);
   for (size_t i = 0; i < signature_.inputs.size(); ++i) {
-    args[a++] = place(call_buffer(call.inputs[i], offset, signature_.inputs[i].dtype, dims,
-                                  device_interface_, dimensions));
+    args[a++] = init_buffer(next_slot(), call.inputs[i], offset, signature_.inputs[i].dtype, dims,
+                            device_interface_, dimensions);
   }
   for (size_t i = 0; i < signature_.scalars.size(); ++i)
     args[a++] = const_cast<ScalarValue*>(&scalars[i]);
   args[a++] = &chunk;
   if (rows) args[a++] = &cols32;
   for (size_t i = 0; i < signature_.results.size(); ++i)
-    args[a++] = place(result_buffer(call.results + i));
+    args[a++] = init_result_buffer(next_slot(), call.results + i);
   for (size_t i = 0; i < signature_.outputs.size(); ++i) {
-    args[a++] = place(call_buffer(call.outputs[i], offset, signature_.outputs[i].dtype, dims,
-                                  device_interface_, dimensions));
+    args[a++] = init_buffer(next_slot(), call.outputs[i], offset, signature_.outputs[i].dtype,
+                            dims, device_interface_, dimensions);
   }
   jit::Session::call(fn_, args, name_, {cuda_context_, call.cuda_stream});
 }

@@ -103,13 +103,24 @@ void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
   g.output_input = std::move(output_input);
   g.precision = precision;
   g.key_slot = g.kernel->signature().scalar_index(optim::kRoundingKey);
+  ++g.epoch;  // every tensor's state is checked against the new binding at this step
 }
 
-void* input_pointer(Impl::Tensor& t, const KernelSignature::TensorArg& arg) {
+// Each kernel input's state buffer for `t` (Tensor::inputs), once its state is complete.
+void bind_state(Impl::Tensor& t, const Impl::Group& g) {
+  const KernelSignature& sig = g.kernel->signature();
+  t.inputs.assign(sig.inputs.size(), nullptr);
+  for (size_t i = 0; i < sig.inputs.size(); ++i)
+    if (sig.inputs[i].role == Role::State)
+      t.inputs[i] = optim::state_pointer(t, sig.inputs[i].name, sig.inputs[i].dtype);
+  t.epoch = g.epoch;
+}
+
+void* input_pointer(const Impl::Tensor& t, const KernelSignature::TensorArg& arg, size_t i) {
   switch (arg.role) {
     case Role::Param: return t.ref.param.data;
     case Role::Grad: return t.ref.grad.data;
-    case Role::State: return optim::state_pointer(t, arg.name, arg.dtype);
+    case Role::State: return t.inputs[i];
   }
   internal_error("bad role");
 }
@@ -153,7 +164,7 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   call.n = t.ref.param.numel;
   const KernelSignature& sig = g.kernel->signature();
   call.inputs.resize(sig.inputs.size());
-  for (size_t i = 0; i < sig.inputs.size(); ++i) call.inputs[i] = input_pointer(t, sig.inputs[i]);
+  for (size_t i = 0; i < sig.inputs.size(); ++i) call.inputs[i] = input_pointer(t, sig.inputs[i], i);
   call.outputs.resize(g.output_input.size());
   for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
   // (Only a per-row kernel reads cols: the option lookup stays out of the per-tensor path.)
@@ -387,6 +398,7 @@ static void update(Impl& impl) {
     for (size_t ti = 0; ti < impl_->groups[gi].tensors.size(); ++ti) {
       Impl::Group& g = impl_->groups[gi];
       Impl::Tensor& t = g.tensors[ti];
+      if (t.epoch == g.epoch) continue;  // complete since the group's kernel was bound
       if (impl_->memory == Memory::Cuda)
         optim::plan_device_state(*impl_, g, t, Impl::where(gi, ti, t.ref), &pending);
       else
@@ -400,6 +412,9 @@ static void update(Impl& impl) {
     optim::install(p);
     if (fresh) created.push_back(p.tensor);
   }
+  for (auto& g : impl_->groups)
+    for (auto& t : g.tensors)
+      if (t.epoch != g.epoch) bind_state(t, g);
   // Host state: a tensor that has none yet (its first step) starts with the rule's initial one.
   const optim::HostState initial_host = impl_->rule->initial_host_state();
   for (auto& g : impl_->groups)

@@ -35,6 +35,11 @@ struct Optimizer::Impl {
     // The kernel this tensor runs: the group's graph (gradient-centralized where GC applies)
     // with the group's schedule, or the tuned one for its size. Same arguments as Group::kernel.
     std::shared_ptr<const Kernel> kernel;
+    // The group epoch this tensor's state was completed for (0: never), and the state buffer
+    // each kernel input reads then (null for the param and grad, which the caller may change):
+    // a step whose group epoch is unchanged neither re-plans the state nor looks it up by name.
+    uint64_t epoch = 0;
+    std::vector<void*> inputs;
   };
   struct Group {
     Options options;  // defaults merged with overrides, validated
@@ -47,6 +52,7 @@ struct Optimizer::Impl {
     std::vector<size_t> output_input;  // kernel output position -> the input position it replaces
     optim::Precision precision;        // the dtypes of the bound kernel
     int key_slot = -1;                 // scalar position of round_sr's key; -1 if none
+    uint64_t epoch = 0;                // advanced at each such resolution (see Tensor::epoch)
 
     // Scratch for step(), one lane per thread: tensors of a group nearly always share their step
     // and host state, so the scalars (and the host state they lead to) are computed once and

@@ -8,28 +8,41 @@ namespace optfuse::optim {
 
 using Impl = Optimizer::Impl;
 
-Precision tensors_precision(const Options& h, const std::vector<ParamRef>& refs, size_t group) {
-  const ParamRef& first = refs.at(0);
-  for (size_t i = 0; i < refs.size(); ++i) {
-    const std::string who = Impl::where(group, i, refs[i]);
-    check_tensor_dtype(refs[i].param.dtype, "param", who);
-    check_tensor_dtype(refs[i].grad.dtype, "grad", who);
+namespace {
+
+// The precision of `count` tensors, the i-th's dtypes given by ref(i). Runs at every step, so a
+// tensor whose dtypes equal tensor 0's costs two compares (tensor 0's checks cover it); only a
+// tensor at fault gets its name built.
+template <typename RefAt>
+Precision precision_of(const Options& h, size_t count, const RefAt& ref, size_t group) {
+  const ParamRef& first = ref(0);
+  for (size_t i = 0; i < count; ++i) {
+    const ParamRef& r = ref(i);
+    if (i > 0 && r.param.dtype == first.param.dtype && r.grad.dtype == first.grad.dtype) continue;
+    const std::string who = Impl::where(group, i, r);
+    check_tensor_dtype(r.param.dtype, "param", who);
+    check_tensor_dtype(r.grad.dtype, "grad", who);
     auto differs = [&](const char* what, DType got, DType want) {
       if (got != want)
         throw Error(who + ": " + what + " dtype " + std::string(dtype_name(got)) +
                     " differs from the group's " + std::string(dtype_name(want)) + " (tensor 0)" +
                     "; one group has one param dtype and one grad dtype: put it in another group");
     };
-    differs("param", refs[i].param.dtype, first.param.dtype);
-    differs("grad", refs[i].grad.dtype, first.grad.dtype);
+    differs("param", r.param.dtype, first.param.dtype);
+    differs("grad", r.grad.dtype, first.grad.dtype);
   }
   return group_precision(h, first.param.dtype, first.grad.dtype, Impl::where(group));
 }
 
+}  // namespace
+
+Precision tensors_precision(const Options& h, const std::vector<ParamRef>& refs, size_t group) {
+  return precision_of(h, refs.size(), [&](size_t i) -> const ParamRef& { return refs.at(i); }, group);
+}
+
 Precision group_precision(const Impl::Group& g, size_t group) {
-  std::vector<ParamRef> refs;
-  for (const auto& t : g.tensors) refs.push_back(t.ref);
-  return tensors_precision(g.options, refs, group);
+  return precision_of(g.options, g.tensors.size(),
+                      [&](size_t i) -> const ParamRef& { return g.tensors.at(i).ref; }, group);
 }
 
 void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
