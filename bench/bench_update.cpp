@@ -235,7 +235,7 @@ void paired_adamw_ceiling(benchmark::State& state, const Schedule& s) {
       fused_first = !fused_first;
     }
     state.SetLabel("adamw " + fused->key().substr(0, 16) + " vs stream_4r3w " +
-                   ceiling->key().substr(0, 16));
+                   ceiling->key().substr(0, 16) + ", both " + fused->schedule().str());
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
     return;
@@ -262,6 +262,16 @@ void BM_Paired_AdamW_Ceiling_NoPrefetch(benchmark::State& state) {
   paired_adamw_ceiling(state, s);
 }
 
+// The same pair with the schedule the committed database (schedules/, or $OPTFUSE_SCHEDULES)
+// gives AdamW at this size, in both kernels: what a tuned engine runs, against the same ceiling.
+void BM_Paired_AdamW_Ceiling_Tuned(benchmark::State& state) {
+  EngineOptions o;
+  o.schedule_db = default_schedule_db(OPTFUSE_SCHEDULES_DIR);
+  static Engine tuned(o);  // only to look the schedule up: engine() compiles both kernels
+  paired_adamw_ceiling(
+      state, tuned.schedule_for(optim::make_rule("adamw")->graph(adamw_options()), state.range(0)));
+}
+
 // Registered size-major (every variant at 2^10, then every variant at 2^12, ...) so that the
 // runs a ratio compares are close in time on a noisy machine. Sizes: 2^10 (L1-resident) ..
 // 2^26 (1.75 GiB of AdamW traffic per step, far past L3), every factor of 4.
@@ -272,6 +282,7 @@ void register_all() {
       {"BM_Ceiling_4R3W", BM_Ceiling_4R3W},
       {"BM_Paired_AdamW_Ceiling", BM_Paired_AdamW_Ceiling},
       {"BM_Paired_AdamW_Ceiling_NoPrefetch", BM_Paired_AdamW_Ceiling_NoPrefetch},
+      {"BM_Paired_AdamW_Ceiling_Tuned", BM_Paired_AdamW_Ceiling_Tuned},
       {"BM_AdamW_Unfused", BM_AdamW_Unfused},
       {"BM_AdamW_Scalar", BM_AdamW_Scalar},
       {"BM_SGDMomentum_Fused", BM_SGDMomentum_Fused},
