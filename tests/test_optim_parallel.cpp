@@ -4,6 +4,8 @@
 // its step count and host state (NAdam's mu_product).
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "optfuse/optim.h"
@@ -52,6 +54,48 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, ParallelSmallTensors,
                          ::testing::Values(Options{{"type", "adamw"}, {"amsgrad", true}},
                                            Options{{"type", "nadam"}},
                                            Options{{"type", "sgd"}, {"momentum", 0.9}}));
+
+// A step looks each tensor's state buffers up once per kernel binding (Tensor::epoch), not by
+// name at every call. Structure changes between steps create state (amsgrad's max_exp_avg_sq)
+// and replace it (state_dtype f32 -> bf16 converts every buffer): the next step must read the new
+// buffers. The twin rebuilds its optimizer from a state file before every step, so it has no
+// bound buffers to go stale; both must agree bit for bit, and with each other's state.
+TEST(ParallelSmallTensors, StateBoundOncePerBindingFollowsStructureChanges) {
+  Engine engine;
+  const Options config = {{"type", "adamw"}};
+  auto change = [](Optimizer& opt, int s) {
+    if (s == 3) opt.set(0, "amsgrad", true);       // new state for group 0
+    if (s == 5) opt.set(1, "state_dtype", "bf16");  // group 1's state converted
+  };
+  Model bound = Model::make(layout(), 5), fresh = bound;
+  auto opt = Optimizer::create(engine, config);
+  opt->add_param_group(bound.refs(0));
+  opt->add_param_group(bound.refs(1));
+  const std::string path = testing::temp_path("state_bound");
+  std::unique_ptr<Optimizer> twin;
+  for (int s = 1; s <= 7; ++s) {
+    bound.fill_grads(s);
+    change(*opt, s);
+    opt->step();
+
+    fresh.fill_grads(s);
+    auto next = Optimizer::create(engine, config);
+    next->add_param_group(fresh.refs(0));
+    next->add_param_group(fresh.refs(1));
+    if (twin) {
+      twin->save_state(path);
+      next->load_state(path);
+    }
+    twin = std::move(next);
+    change(*twin, s);
+    twin->step();
+  }
+  testing::Snapshot a = testing::snapshot(*opt, bound.buffers());
+  testing::Snapshot b = testing::snapshot(*twin, fresh.buffers());
+  EXPECT_TRUE(a == b) << a.diff(b);
+  EXPECT_NE(opt->state(0, 0, "max_exp_avg_sq"), nullptr);
+  EXPECT_NE(opt->state_bf16(1, 0, "exp_avg"), nullptr);
+}
 
 }  // namespace
 }  // namespace optfuse

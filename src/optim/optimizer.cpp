@@ -162,6 +162,7 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
     call.scalars[static_cast<size_t>(g.key_slot)] = optim::rounding_key(
         g.options.at("rounding_seed").get<uint64_t>(), t.step, t.stream);
   call.n = t.ref.param.numel;
+  if (t.epoch != g.epoch) internal_error("a tensor's state is not bound to its group's kernel");
   const KernelSignature& sig = g.kernel->signature();
   call.inputs.resize(sig.inputs.size());
   for (size_t i = 0; i < sig.inputs.size(); ++i) call.inputs[i] = input_pointer(t, sig.inputs[i], i);
