@@ -10,18 +10,22 @@
 //
 // Tuned schedules: with OPTFUSE_SCHEDULES set (a database file or directory, see
 // include/optfuse/schedules.h) the engine uses them and the label says "tuned".
-// Dtypes: the optimizer's parameter dtype. Only f32 today; the axis is here for bf16/f16
-// parameters (add them to kDtypes with the config key that selects them).
+// Dtypes: the tensors' dtypes. f32; bf16 and f16: 16-bit params and grads, the optimizer keeping
+// f32 master weights and f32 state (28 B/element like f32: master r+w 8, param w 2, grad 2,
+// state 16), so their share of the same f32 ceiling compares directly.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/support.h"
 #include "optfuse/optfuse.hpp"
+#include "optim/precision.h"
 #include "tools/bandwidth.h"
 
 namespace optfuse::bench {
@@ -31,9 +35,27 @@ using Clock = std::chrono::steady_clock;
 
 struct DtypeAxis {
   const char* name;
-  Options config;  // merged into the optimizer config (empty for f32)
+  DType param, grad;
 };
-const std::vector<DtypeAxis> kDtypes = {{"f32", Options::object()}};
+const std::vector<DtypeAxis> kDtypes = {
+    {"f32", DType::F32, DType::F32}, {"bf16", DType::BF16, DType::BF16}, {"f16", DType::F16, DType::F16}};
+
+// A tensor of `n` elements of `t` over `storage` (an f32 array of at least n elements): as it is
+// for f32; for 16-bit dtypes, `storage` refilled with n 16-bit values of the same magnitudes.
+TensorRef tensor_over(float* storage, int64_t n, DType t) {
+  if (t == DType::F32) return {storage, n, {}, t};
+  auto* bits = reinterpret_cast<uint16_t*>(storage);
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = 0.25f + static_cast<float>(i & 1023) * (1.0f / 1024.0f);
+    if (t == DType::BF16) {
+      bits[i] = optim::to_bf16_bits(x);
+    } else {
+      const _Float16 h = static_cast<_Float16>(x);
+      std::memcpy(&bits[i], &h, sizeof h);
+    }
+  }
+  return {bits, n, {}, t};
+}
 
 Engine& matrix_engine() {
   static Engine e([] {
@@ -57,13 +79,13 @@ void BM_Matrix(benchmark::State& state, const std::string& type, const DtypeAxis
   const int64_t n = state.range(0);
   try {
     Engine& e = matrix_engine();
-    Arrays a(5, n);  // param, grad; the ceiling's p, m, v (it reads the optimizer's grad)
-    Options config = {{"type", type}};
-    config.update(dtype.config);
+    Arrays a(6, n);  // param, grad; the ceiling's p, m, v, g
+    const Options config = {{"type", type}};
     auto opt = Optimizer::create(e, config);
-    opt->add_param_group({{{a[0], n, {}}, {a[1], n, {}}, "w"}});
+    opt->add_param_group(
+        {{tensor_over(a[0], n, dtype.param), tensor_over(a[1], n, dtype.grad), "w"}});
     auto ceiling = e.kernel(tools::stream_4r3w_graph(), n);
-    KernelCall ceiling_call = make_call(*ceiling, {{"param", a[2]}, {"grad", a[1]},
+    KernelCall ceiling_call = make_call(*ceiling, {{"param", a[2]}, {"grad", a[5]},
                                                    {"exp_avg", a[3]}, {"exp_avg_sq", a[4]}},
                                         {}, n);
     for (int i = 0; i < 3; ++i) {  // the first step compiles and creates the state
@@ -92,7 +114,7 @@ void BM_Matrix(benchmark::State& state, const std::string& type, const DtypeAxis
     state.counters["B_per_elem"] = bytes / static_cast<double>(n);
     auto uses = opt->kernel_uses();
     bool tuned = false;
-    e.schedule_for(update_graph(config), n, &tuned);
+    e.schedule_for(update_graph(config, {}, dtype.param, dtype.grad), n, &tuned);
     state.SetLabel(uses.empty() ? type
                                 : uses[0].name + " " + uses[0].key.substr(0, 16) + " " +
                                       (tuned ? "tuned" : "default"));

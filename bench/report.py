@@ -166,8 +166,9 @@ def main():
     update = run_bench(os.path.join(b, "bench_update"), os.path.join(a.out, "update.json"),
                        common + ["--benchmark_filter=BM_(AdamW_Fused|AdamW_Unfused|Ceiling_4R3W)"
                                  + size_filter(sizes)], log)
-    # Quick: three optimizers only (each one's kernel compile is most of a quick run's time).
-    only = "Matrix/(adamw|sgd|lion)/.*" if a.quick else ""
+    # Quick: three optimizers in f32 and AdamW in bf16 only (each kernel's compile is most of a
+    # quick run's time).
+    only = "Matrix/((adamw|sgd|lion)/f32|adamw/bf16)/.*" if a.quick else ""
     matrix = run_bench(os.path.join(b, "bench_matrix"), os.path.join(a.out, "matrix.json"),
                        common + ["--benchmark_filter=" + only + size_filter(sizes)], log)
     startup_filter = ["--benchmark_filter=Startup_Warm|FirstStep_Warm"] if a.quick else []
