@@ -230,6 +230,10 @@ def main():
         md += [f"1000 x 1K tensors: {ms['real_time']:.1f} {ms['time_unit']} per step; one 1M tensor: "
                f"{ol['real_time']:.1f} {ol['time_unit']}; ratio {ms['real_time'] / ol['real_time']:.2f} "
                "(target <= 2).", ""]
+        if "BM_Step_ManySmall_NewGrads" in trows:
+            ng = trows["BM_Step_ManySmall_NewGrads"]
+            md += [f"The same with new gradient buffers every step (set_grad x 1000, then step): "
+                   f"{ng['real_time']:.1f} {ng['time_unit']}.", ""]
     else:
         md += ["(no results)", ""]
     if log:

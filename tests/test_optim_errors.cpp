@@ -483,6 +483,45 @@ TEST(OptimizerErrors, MissingGroupOrTensor) {
               AllOf(StartsWith("param group 0"), HasSubstr("tensor 7 does not exist")));
 }
 
+// set_grad checks a new gradient against every param through an index sorted by address (it
+// runs for every tensor at every step when gradients are reallocated). Oracle: a brute-force
+// interval test. Six params of 4 floats with gaps of 2 in one buffer, in two groups; a 4-float
+// gradient at every offset must be rejected exactly when it touches a param, naming one it
+// touches, and gradients may overlap each other.
+TEST(OptimizerErrors, SetGradOverlapMatchesABruteForceCheckAtEveryOffset) {
+  std::vector<float> arena(40, 0.5f), grads(24, 0.0f);
+  const size_t kParams = 6, kLen = 4, kStride = 6;
+  auto ref = [&](size_t i) {
+    return ParamRef{{arena.data() + i * kStride, int64_t(kLen), {}},
+                    {grads.data() + i * kLen, int64_t(kLen), {}}, "p" + std::to_string(i)};
+  };
+  auto opt = Optimizer::create(engine(), {{"type", "sgd"}});
+  opt->add_param_group({ref(0), ref(1), ref(2), ref(3)});
+  opt->add_param_group({ref(4), ref(5)});
+  for (size_t begin = 0; begin + kLen <= arena.size(); ++begin) {
+    std::vector<::testing::Matcher<std::string>> touched;  // "... the param of <one of these>"
+    for (size_t i = 0; i < kParams; ++i)
+      if (begin < i * kStride + kLen && i * kStride < begin + kLen)
+        touched.push_back(::testing::EndsWith("param group " + std::to_string(i < 4 ? 0 : 1) +
+                                              ", tensor " + std::to_string(i < 4 ? i : i - 4) +
+                                              " ('p" + std::to_string(i) + "')"));
+    std::string error;
+    try {
+      opt->set_grad(0, 1, {arena.data() + begin, int64_t(kLen), {}});
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    SCOPED_TRACE("gradient at arena offset " + std::to_string(begin) + ": " + error);
+    EXPECT_EQ(!error.empty(), !touched.empty());
+    if (error.empty()) continue;
+    EXPECT_THAT(error, AllOf(StartsWith("param group 0, tensor 1 ('p1'): grad memory overlaps the param of"),
+                             ::testing::AnyOfArray(touched)));
+  }
+  // Gradients may share memory (they are only read): tensor 2's grad over tensor 1's.
+  EXPECT_NO_THROW(opt->set_grad(0, 2, {grads.data() + 4, int64_t(kLen), {}}));
+  EXPECT_NO_THROW(opt->set_grad(1, 0, {grads.data() + 5, int64_t(kLen), {}}));
+}
+
 TEST(OptimizerErrors, SetGradMismatchNullAndOverlap) {
   Buf a(6), b(5), c(6);
   auto opt = with_one_group("adamw", &a);  // tensor 0 is named 'first'

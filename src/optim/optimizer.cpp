@@ -311,6 +311,14 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
   check_overlaps(std::move(spans));
   check_gc_shapes(g.options, g.tensors, gi);
   impl_->groups.push_back(std::move(g));
+  impl_->params.add_group(params, gi);
+}
+
+// `who`'s new gradient (or sparse gradient values) against every param.
+static void check_grad_disjoint(const Impl& impl, const TensorRef& grad, const std::string& who) {
+  impl.params.check_disjoint(grad, who, [&](size_t gi, size_t ti) {
+    return Impl::where(gi, ti, impl.groups[gi].tensors[ti].ref);
+  });
 }
 
 void Optimizer::set(size_t group, const std::string& name, const Options& value) {
@@ -321,9 +329,7 @@ void Optimizer::set(size_t group, const std::string& name, const Options& value)
   impl_->rule->validate(merged, Impl::where(group));
   optim::validate_precision(merged, Impl::where(group));
   optim::check_device_group(impl_->memory, *impl_->rule, merged, Impl::where(group));
-  Impl::Group changed = g;
-  changed.options = merged;
-  optim::group_precision(changed, group);  // e.g. stochastic_rounding on f32 params
+  optim::group_precision(merged, g, group);  // e.g. stochastic_rounding on f32 params
   check_gc_shapes(merged, g.tensors, group);
   g.options = std::move(merged);  // a structural change is picked up at the next step
 }
@@ -352,10 +358,7 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
   if (grad.numel != t.ref.param.numel)
     throw Error(who + ": grad has " + std::to_string(grad.numel) + " elements but param has " +
                 std::to_string(t.ref.param.numel));
-  std::vector<Span> spans = all_spans(impl_->groups);
-  for (Span& s : spans)
-    if (!s.is_param && s.who == who) s = span_of(grad, false, who);
-  check_overlaps(std::move(spans));
+  check_grad_disjoint(*impl_, grad, who);
   t.ref.grad = grad;
 }
 
@@ -370,9 +373,7 @@ void Optimizer::set_sparse_grad(size_t group, size_t index, const std::vector<in
     throw Error(who + ": " + impl_->rule->type() + " does not support sparse gradients (use " +
                 "sparseadam / lazyadam, or a dense gradient)");
   optim::SparseGrad sparse = optim::make_sparse_grad(t.ref.param, rows, values, who);
-  std::vector<Span> spans = all_spans(impl_->groups);
-  if (values.numel > 0) spans.push_back(span_of(values, false, who));
-  check_overlaps(std::move(spans));
+  if (values.numel > 0) check_grad_disjoint(*impl_, values, who);
   t.sparse = std::move(sparse);
 }
 

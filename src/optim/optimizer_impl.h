@@ -7,6 +7,7 @@
 
 #include "optfuse/optim.h"
 #include "optim/device_buffer.h"
+#include "optim/param_index.h"
 #include "optim/precision.h"
 #include "optim/sparse_grad.h"
 #include "optim/rule.h"
@@ -79,6 +80,7 @@ struct Optimizer::Impl {
   std::unique_ptr<optim::UpdateRule> rule;
   Options defaults;  // the rule's defaults merged with the optimizer config
   std::vector<Group> groups;
+  optim::ParamIndex params;  // every group's params by address, for set_grad's overlap check
   std::unique_ptr<optim::WorkerPool> pool;  // for small tensors; made at the first step needing it
   optim::StepControl control;  // clipping, loss scaling, accumulation (step_control.h)
 

@@ -41,7 +41,11 @@ Precision tensors_precision(const Options& h, const std::vector<ParamRef>& refs,
 }
 
 Precision group_precision(const Impl::Group& g, size_t group) {
-  return precision_of(g.options, g.tensors.size(),
+  return group_precision(g.options, g, group);
+}
+
+Precision group_precision(const Options& h, const Impl::Group& g, size_t group) {
+  return precision_of(h, g.tensors.size(),
                       [&](size_t i) -> const ParamRef& { return g.tensors.at(i).ref; }, group);
 }
 

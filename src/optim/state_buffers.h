@@ -14,6 +14,8 @@ namespace optfuse::optim {
 // and one grad dtype (each f32, bf16 or f16). Throws Error naming the tensor at fault.
 Precision tensors_precision(const Options& h, const std::vector<ParamRef>& refs, size_t group);
 Precision group_precision(const Optimizer::Impl::Group& g, size_t group);
+// The precision group `g` would have with options `h` (set() checks a change with it).
+Precision group_precision(const Options& h, const Optimizer::Impl::Group& g, size_t group);
 
 // A state buffer made (or converted) for a step but not yet installed: phase 2 of step() builds
 // all of them before changing anything.
