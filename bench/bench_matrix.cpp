@@ -82,8 +82,20 @@ void BM_Matrix(benchmark::State& state, const std::string& type, const DtypeAxis
     Arrays a(6, n);  // param, grad; the ceiling's p, m, v, g
     const Options config = {{"type", type}};
     auto opt = Optimizer::create(e, config);
-    opt->add_param_group(
-        {{tensor_over(a[0], n, dtype.param), tensor_over(a[1], n, dtype.grad), "w"}});
+    if (type == "sparseadam") {
+      // Row-sparse gradients only: rows of 64 elements, every row present (one run of rows, so
+      // one kernel call: the dense-equivalent rate of LazyAdam's update).
+      if (dtype.param != DType::F32) throw Error("sparseadam: f32 params only in this matrix");
+      TensorRef param = tensor_over(a[0], n, dtype.param);
+      param.shape = {n / 64, 64};
+      opt->add_param_group({{param, {nullptr, n, {}}, "w"}});
+      std::vector<int64_t> rows(static_cast<size_t>(n / 64));
+      for (size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int64_t>(r);
+      opt->set_sparse_grad(0, 0, rows, {a[1], n, {}});
+    } else {
+      opt->add_param_group(
+          {{tensor_over(a[0], n, dtype.param), tensor_over(a[1], n, dtype.grad), "w"}});
+    }
     auto ceiling = e.kernel(tools::stream_4r3w_graph(), n);
     KernelCall ceiling_call = make_call(*ceiling, {{"param", a[2]}, {"grad", a[5]},
                                                    {"exp_avg", a[3]}, {"exp_avg_sq", a[4]}},
