@@ -121,7 +121,7 @@ TEST(Cache, GoldenKey) {
   EngineOptions eo;
   eo.target = "x86-64-linux-avx2";
   Engine e(eo);
-  EXPECT_EQ(e.kernel_key(sgd("any")), "2766fcb47fed557109a38b7923693143");
+  EXPECT_EQ(e.kernel_key(sgd("any")), "a184d303d02c8bc55d3e60efefee3364");
 }
 
 TEST(Cache, DefaultLocation) {

@@ -70,8 +70,9 @@ namespace engine_detail {
 // Bumped whenever lowering or a schedule generates different code for the same graph and
 // Schedule (a changed op lowering, a new specialization), so that cached objects of the old code
 // are misses instead of being reused. 2: single-task calls bypass the thread pool. 3: software
-// prefetch in the parallel tasks' loop (Schedule::prefetch).
-constexpr const char* kLoweringVersion = "lowering-3";
+// prefetch in the parallel tasks' loop (Schedule::prefetch). 4: f16 conversions as F16C
+// instructions on x86 (lower/f16c.h).
+constexpr const char* kLoweringVersion = "lowering-4";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

@@ -3,11 +3,16 @@
 #include <Halide.h>
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/IR/Constants.h>
+#include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Support/raw_ostream.h>
+
+#include <map>
+
+#include "lower/f16c.h"
 
 namespace optfuse::jit {
 namespace {
@@ -22,12 +27,69 @@ void prefetch_into_all_levels(llvm::Module& m) {
   }
 }
 
+// Where an instruction computing from `v` can go so that `v` dominates it: right after v's
+// definition (after the phis of its block for a phi), or at the function's entry.
+llvm::Instruction* just_after(llvm::Value* v, llvm::Function& f) {
+  if (auto* phi = llvm::dyn_cast<llvm::PHINode>(v)) return phi->getParent()->getFirstNonPHI();
+  if (auto* i = llvm::dyn_cast<llvm::Instruction>(v)) return i->getNextNode();
+  return &*f.getEntryBlock().getFirstInsertionPt();
+}
+
+// lower/f16c.h: Halide emits each vector conversion call lane by lane (extractelement, call,
+// insertelement). Each call becomes a lane of ONE whole-vector conversion of the vector its lane
+// came from (LLVM folds the re-assembled lanes back into that vector), or, for a scalar, a scalar
+// conversion: fpext half -> float and fptrunc float -> half, which x86 with F16C selects as
+// vcvtph2ps / vcvtps2ph (round to nearest even).
+void f16c_conversions(llvm::Module& m) {
+  for (const char* name : {lower::kF16ToF32, lower::kF32ToF16}) {
+    llvm::Function* fn = m.getFunction(name);
+    if (!fn) continue;
+    const bool widen = std::string(name) == lower::kF16ToF32;
+    llvm::Type* half = llvm::Type::getHalfTy(m.getContext());
+    auto convert = [&](llvm::IRBuilder<>& b, llvm::Value* x) -> llvm::Value* {
+      llvm::Type* t = x->getType();
+      auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(t);
+      auto as = [&](llvm::Type* elem) -> llvm::Type* {
+        return vt ? static_cast<llvm::Type*>(llvm::FixedVectorType::get(elem, vt->getNumElements())) : elem;
+      };
+      if (widen) return b.CreateFPExt(b.CreateBitCast(x, as(half)), as(b.getFloatTy()));
+      return b.CreateBitCast(b.CreateFPTrunc(x, as(half)), as(b.getInt16Ty()));
+    };
+    std::map<llvm::Value*, llvm::Value*> whole;  // source vector -> its converted vector
+    std::vector<llvm::CallInst*> calls;
+    for (llvm::User* u : fn->users())
+      if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
+    for (llvm::CallInst* call : calls) {
+      llvm::Value* arg = call->getArgOperand(0);
+      llvm::Value* result;
+      auto* lane = llvm::dyn_cast<llvm::ExtractElementInst>(arg);
+      if (lane && llvm::isa<llvm::ConstantInt>(lane->getIndexOperand())) {
+        llvm::Value* source = lane->getVectorOperand();
+        llvm::Value*& converted = whole[source];
+        if (!converted) {
+          llvm::IRBuilder<> b(just_after(source, *call->getFunction()));
+          converted = convert(b, source);
+        }
+        llvm::IRBuilder<> b(call);
+        result = b.CreateExtractElement(converted, lane->getIndexOperand());
+      } else {
+        llvm::IRBuilder<> b(call);
+        result = convert(b, arg);
+      }
+      call->replaceAllUsesWith(result);
+      call->eraseFromParent();
+    }
+    if (fn->use_empty()) fn->eraseFromParent();
+  }
+}
+
 }  // namespace
 
 std::vector<char> compile_module_to_object(const Halide::Module& m) {
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> ir = Halide::compile_module_to_llvm_module(m, ctx);
   prefetch_into_all_levels(*ir);
+  f16c_conversions(*ir);
   llvm::SmallVector<char, 0> object;
   llvm::raw_svector_ostream out(object);
   Halide::compile_llvm_module_to_object(*ir, out);

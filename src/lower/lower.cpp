@@ -6,6 +6,7 @@
 #include <string>
 
 #include "lower/lower_ops.h"
+#include "lower/f16c.h"
 #include "lower/prefetch.h"
 #include "lower/reduce.h"
 #include "lower/schedule.h"
@@ -87,6 +88,7 @@ class PipelineBuilder {
     apply_schedule(funcs_, s, target);
     Halide::Pipeline pipeline(pipeline_outputs);
     add_prefetch_pass(pipeline, funcs_.prefetch_loops, s.prefetch);
+    add_f16c_pass(pipeline, target);
     return Lowered{pipeline, arguments()};
   }
 
