@@ -38,7 +38,9 @@ struct DtypeAxis {
   DType param, grad;
 };
 const std::vector<DtypeAxis> kDtypes = {
-    {"f32", DType::F32, DType::F32}, {"bf16", DType::BF16, DType::BF16}, {"f16", DType::F16, DType::F16}};
+    {"f32", DType::F32, DType::F32},
+    {"bf16", DType::BF16, DType::BF16},
+    {"f16", DType::F16, DType::F16}};
 
 // A tensor of `n` elements of `t` over `storage` (an f32 array of at least n elements): as it is
 // for f32; for 16-bit dtypes, `storage` refilled with n 16-bit values of the same magnitudes.

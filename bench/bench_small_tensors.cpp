@@ -14,7 +14,8 @@ namespace {
 
 // `tensors` tensors in `groups` parameter groups (equal shares, learning rates differing so each
 // group has its own scalars, as with layer-wise learning rates).
-void run_steps(benchmark::State& state, int64_t tensors, int64_t elements_each, int64_t groups = 1) {
+void run_steps(benchmark::State& state, int64_t tensors, int64_t elements_each,
+               int64_t groups = 1) {
   std::vector<std::vector<float>> p(tensors, std::vector<float>(elements_each, 0.5f));
   std::vector<std::vector<float>> g(tensors, std::vector<float>(elements_each, 0.01f));
   auto opt = Optimizer::create(engine(), {{"type", "adamw"}});

@@ -76,8 +76,8 @@ TEST(F16c, ConversionsMatchSoftwareIeeeBitForBit) {
   const std::vector<float> edges = edge_values();
   for (int64_t i = 0; i < n; ++i) {
     param[i] = static_cast<uint16_t>(i & 0xffff);
-    x[i] = i % 3 == 0 ? edges[size_t(i / 3) % edges.size()]
-                      : static_cast<float>(testing::gen(7, uint64_t(i)) * std::ldexp(1.0, int(i % 40) - 25));
+    const double random = testing::gen(7, uint64_t(i)) * std::ldexp(1.0, int(i % 40) - 25);
+    x[i] = i % 3 == 0 ? edges[size_t(i / 3) % edges.size()] : static_cast<float>(random);
   }
   const std::vector<uint16_t> param0 = param;
   const std::vector<float> x0 = x;

@@ -514,8 +514,9 @@ TEST(OptimizerErrors, SetGradOverlapMatchesABruteForceCheckAtEveryOffset) {
     SCOPED_TRACE("gradient at arena offset " + std::to_string(begin) + ": " + error);
     EXPECT_EQ(!error.empty(), !touched.empty());
     if (error.empty()) continue;
-    EXPECT_THAT(error, AllOf(StartsWith("param group 0, tensor 1 ('p1'): grad memory overlaps the param of"),
-                             ::testing::AnyOfArray(touched)));
+    EXPECT_THAT(error,
+                AllOf(StartsWith("param group 0, tensor 1 ('p1'): grad memory overlaps the param of"),
+                      ::testing::AnyOfArray(touched)));
   }
   // Gradients may share memory (they are only read): tensor 2's grad over tensor 1's.
   EXPECT_NO_THROW(opt->set_grad(0, 2, {grads.data() + 4, int64_t(kLen), {}}));

@@ -3,8 +3,8 @@
 #include <Halide.h>
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/IR/Constants.h>
-#include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Function.h>
+#include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
@@ -49,8 +49,9 @@ void f16c_conversions(llvm::Module& m) {
     auto convert = [&](llvm::IRBuilder<>& b, llvm::Value* x) -> llvm::Value* {
       llvm::Type* t = x->getType();
       auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(t);
-      auto as = [&](llvm::Type* elem) -> llvm::Type* {
-        return vt ? static_cast<llvm::Type*>(llvm::FixedVectorType::get(elem, vt->getNumElements())) : elem;
+      auto as = [&](llvm::Type* elem) -> llvm::Type* {  // `elem`, or vectors of it like x
+        if (!vt) return elem;
+        return llvm::FixedVectorType::get(elem, vt->getNumElements());
       };
       if (widen) return b.CreateFPExt(b.CreateBitCast(x, as(half)), as(b.getFloatTy()));
       return b.CreateBitCast(b.CreateFPTrunc(x, as(half)), as(b.getInt16Ty()));

@@ -5,8 +5,8 @@
 #include <cctype>
 #include <string>
 
-#include "lower/lower_ops.h"
 #include "lower/f16c.h"
+#include "lower/lower_ops.h"
 #include "lower/prefetch.h"
 #include "lower/reduce.h"
 #include "lower/schedule.h"

@@ -165,7 +165,8 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   if (t.epoch != g.epoch) internal_error("a tensor's state is not bound to its group's kernel");
   const KernelSignature& sig = g.kernel->signature();
   call.inputs.resize(sig.inputs.size());
-  for (size_t i = 0; i < sig.inputs.size(); ++i) call.inputs[i] = input_pointer(t, sig.inputs[i], i);
+  for (size_t i = 0; i < sig.inputs.size(); ++i)
+    call.inputs[i] = input_pointer(t, sig.inputs[i], i);
   call.outputs.resize(g.output_input.size());
   for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
   // (Only a per-row kernel reads cols: the option lookup stays out of the per-tensor path.)
@@ -219,7 +220,8 @@ void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
   if (!impl.pool || impl.pool->threads() != threads)
     impl.pool = std::make_unique<optim::WorkerPool>(threads);
   impl.pool->run([&](int k) {
-    const size_t n = small.size(), parts = static_cast<size_t>(threads), part = static_cast<size_t>(k);
+    const size_t n = small.size(), parts = static_cast<size_t>(threads);
+    const size_t part = static_cast<size_t>(k);
     run_share(n * part / parts, n * (part + 1) / parts, part);
   });
 }

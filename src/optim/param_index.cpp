@@ -9,7 +9,8 @@ namespace optfuse::optim {
 namespace {
 
 uintptr_t end_of(const TensorRef& t) {
-  return reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(t.numel) * dtype_size(t.dtype);
+  return reinterpret_cast<uintptr_t>(t.data) +
+         static_cast<uintptr_t>(t.numel) * dtype_size(t.dtype);
 }
 
 }  // namespace
@@ -29,7 +30,8 @@ void ParamIndex::check_disjoint(const TensorRef& t, const std::string& who,
   auto after = std::lower_bound(entries_.begin(), entries_.end(), end,
                                 [](const Entry& e, uintptr_t x) { return e.begin < x; });
   if (after == entries_.begin() || (after - 1)->end <= begin) return;
-  throw Error(who + ": grad memory overlaps the param of " + name_of((after - 1)->group, (after - 1)->index));
+  const Entry& param = *(after - 1);
+  throw Error(who + ": grad memory overlaps the param of " + name_of(param.group, param.index));
 }
 
 }  // namespace optfuse::optim

@@ -37,7 +37,8 @@ Precision precision_of(const Options& h, size_t count, const RefAt& ref, size_t 
 }  // namespace
 
 Precision tensors_precision(const Options& h, const std::vector<ParamRef>& refs, size_t group) {
-  return precision_of(h, refs.size(), [&](size_t i) -> const ParamRef& { return refs.at(i); }, group);
+  return precision_of(
+      h, refs.size(), [&](size_t i) -> const ParamRef& { return refs.at(i); }, group);
 }
 
 Precision group_precision(const Impl::Group& g, size_t group) {
