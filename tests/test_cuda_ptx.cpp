@@ -55,6 +55,7 @@ std::vector<char> cuda_object(const Graph& g, const std::string& target = kTarge
 }
 
 using testing::find_ptxas;
+using testing::kNoPtxas;
 using testing::ptxas;
 
 TEST(CudaPtx, EveryOptimizerStructureCompilesToVectorizedPtx) {
@@ -78,8 +79,7 @@ TEST(CudaPtx, EveryOptimizerStructureCompilesToVectorizedPtx) {
     EXPECT_EQ(ptxas(tool, text, "sm_90", s.label), "");
   }
   if (tool.empty())
-    GTEST_SKIP() << "ptxas not found (/usr/local/cuda/bin/ptxas or PATH): PTX checked, not "
-                    "assembled";
+    GTEST_SKIP() << kNoPtxas << ": PTX checked, not assembled";
 }
 
 TEST(CudaPtx, PlainCudaTargetAssembles) {
@@ -88,7 +88,7 @@ TEST(CudaPtx, PlainCudaTargetAssembles) {
   EXPECT_THAT(text, HasSubstr(".target sm_20"));
   EXPECT_THAT(text, HasSubstr("ld.global.v4.f32"));
   std::string tool = find_ptxas();
-  if (tool.empty()) GTEST_SKIP() << "ptxas not found (/usr/local/cuda/bin/ptxas or PATH)";
+  if (tool.empty()) GTEST_SKIP() << kNoPtxas;
   EXPECT_EQ(ptxas(tool, text, "sm_90", "plain"), "");
 }
 

@@ -98,6 +98,7 @@ std::vector<char> cuda_object(const Graph& g, const std::string& target = kTarge
 }
 
 using testing::find_ptxas;
+using testing::kNoPtxas;
 using testing::ptxas;
 
 size_t count(const std::string& text, const std::string& what) {
@@ -123,8 +124,7 @@ TEST(CudaReducePtx, EveryReducingGraphCompilesAndAssembles) {
     EXPECT_EQ(ptxas(tool, text, "sm_90", c.label), "");
   }
   if (tool.empty())
-    GTEST_SKIP() << "ptxas not found (/usr/local/cuda/bin/ptxas or PATH): PTX checked, not "
-                    "assembled";
+    GTEST_SKIP() << kNoPtxas << ": PTX checked, not assembled";
 }
 
 TEST(CudaReducePtx, PlainCudaTargetAssembles) {
@@ -132,7 +132,7 @@ TEST(CudaReducePtx, PlainCudaTargetAssembles) {
       jit::extract_ptx(cuda_object(update_graph({{"type", "lamb"}}), "host-cuda"))[0];
   EXPECT_THAT(text, HasSubstr(".target sm_20"));
   std::string tool = find_ptxas();
-  if (tool.empty()) GTEST_SKIP() << "ptxas not found (/usr/local/cuda/bin/ptxas or PATH)";
+  if (tool.empty()) GTEST_SKIP() << kNoPtxas;
   EXPECT_EQ(ptxas(tool, text, "sm_90", "plain_lamb"), "");
 }
 

@@ -12,6 +12,9 @@
 
 namespace optfuse::optim {
 
+// One past the last byte of `t`'s memory (tensor_checks.cpp's overlap checks use it too).
+uintptr_t end_address(const TensorRef& t);
+
 class ParamIndex {
  public:
   // Adds group `group`'s params (already checked against each other and every other tensor).

@@ -28,8 +28,7 @@ void check_tensor(const TensorRef& t, const char* what, const std::string& where
 }
 
 Span span_of(const TensorRef& t, bool is_param, std::string who) {
-  auto b = reinterpret_cast<uintptr_t>(t.data);
-  return {b, b + static_cast<uintptr_t>(t.numel) * dtype_size(t.dtype), is_param, std::move(who)};
+  return {reinterpret_cast<uintptr_t>(t.data), end_address(t), is_param, std::move(who)};
 }
 
 void check_overlaps(std::vector<Span> spans) {

@@ -14,6 +14,8 @@ std::vector<char> cuda_object(const Graph& g, const std::string& target,
 
 // /usr/local/cuda/bin/ptxas, else ptxas on PATH; "" if neither.
 std::string find_ptxas();
+// Why a test that assembles PTX skips when find_ptxas() found none.
+constexpr const char* kNoPtxas = "ptxas not found (/usr/local/cuda/bin/ptxas or PATH)";
 
 // Runs ptxas `tool` on `ptx` for `arch` (e.g. "sm_80"); returns "" on success, else its output.
 std::string ptxas(const std::string& tool, const std::string& ptx, const std::string& arch,
