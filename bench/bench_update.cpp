@@ -259,6 +259,15 @@ void BM_Paired_AdamW_Ceiling(benchmark::State& state) {
 void BM_Paired_AdamW_Ceiling_NoPrefetch(benchmark::State& state) {
   Schedule s = engine().options().schedule;
   s.prefetch = 0;
+  s.prefetch_l2 = 0;
+  paired_adamw_ceiling(state, s);
+}
+
+// The same pair with the L2 prefetch off in both kernels (src/lower/README.md, "A second
+// prefetch into L2"): what it buys, side by side with the default in one run.
+void BM_Paired_AdamW_Ceiling_NoL2Prefetch(benchmark::State& state) {
+  Schedule s = engine().options().schedule;
+  s.prefetch_l2 = 0;
   paired_adamw_ceiling(state, s);
 }
 
@@ -282,6 +291,7 @@ void register_all() {
       {"BM_Ceiling_4R3W", BM_Ceiling_4R3W},
       {"BM_Paired_AdamW_Ceiling", BM_Paired_AdamW_Ceiling},
       {"BM_Paired_AdamW_Ceiling_NoPrefetch", BM_Paired_AdamW_Ceiling_NoPrefetch},
+      {"BM_Paired_AdamW_Ceiling_NoL2Prefetch", BM_Paired_AdamW_Ceiling_NoL2Prefetch},
       {"BM_Paired_AdamW_Ceiling_Tuned", BM_Paired_AdamW_Ceiling_Tuned},
       {"BM_AdamW_Unfused", BM_AdamW_Unfused},
       {"BM_AdamW_Scalar", BM_AdamW_Scalar},

@@ -33,7 +33,8 @@ def main(path):
         v = bps[size]
         print(f"n = 2^{size.bit_length() - 1} ({size})")
         for name, (med, fastest) in sorted(paired.get(size, {}).items()):
-            what = {"NoPrefetch": " (no prefetch)", "Tuned": " (tuned schedule)"}.get(
+            what = {"NoPrefetch": " (no prefetch)", "NoL2Prefetch": " (no L2 prefetch)",
+                    "Tuned": " (tuned schedule)"}.get(
                 name.rsplit("_", 1)[-1], "")
             print(f"  paired AdamW_Fused / Ceiling_4R3W{what}: median {med:.2f}, fastest {fastest:.2f}")
         for name, b in sorted(v.items()):

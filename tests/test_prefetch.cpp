@@ -1,7 +1,8 @@
-// Software prefetch in CPU kernels (src/lower/prefetch.*, Schedule::prefetch): where the lowered
-// code prefetches (every input, every cache line of each vector, `prefetch` bytes ahead, only in
-// the parallel tasks' loop or the row loop of per-row kernels), that prefetch = 0 removes it, that the prefetches are t0 (not the
-// nta Halide emits), and that prefetching never changes a result bit.
+// Software prefetch in CPU kernels (src/lower/prefetch.*, Schedule::prefetch and prefetch_l2):
+// where the lowered code prefetches (every input, every cache line of each vector, `prefetch`
+// bytes ahead and again into L2 `prefetch_l2` bytes ahead, only in the parallel tasks' loop or
+// the row loop of per-row kernels), that a distance of 0 removes its kind, that the prefetches are
+// t0 and t1 (not the nta Halide emits), and that prefetching never changes a result bit.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -25,23 +26,30 @@ using ::testing::Not;
 
 const char* kTarget = "x86-64-linux-avx2-fma";  // 8 f32 lanes: the default vector is 16 lanes
 
-Schedule with_prefetch(int bytes) {
+Schedule with_prefetch(int bytes, int l2_bytes = Schedule{}.prefetch_l2) {
   Schedule s;
   s.prefetch = bytes;
+  s.prefetch_l2 = l2_bytes;
   return jit::resolve_schedule(s, kTarget);
 }
 
-std::string stmt(const Graph& g, int prefetch_bytes) {
-  return jit::lowered_stmt(canonicalize(g), with_prefetch(prefetch_bytes), kTarget);
+std::string stmt(const Graph& g, int prefetch_bytes, int l2_bytes = Schedule{}.prefetch_l2) {
+  return jit::lowered_stmt(canonicalize(g), with_prefetch(prefetch_bytes, l2_bytes), kTarget);
 }
 
-// The prefetch calls of a lowered statement: "(float32)prefetch(in1_grad, <offset>, 1, 1)".
-std::multiset<std::string> prefetched_buffers(const std::string& text) {
+enum class Level { Near, L2 };
+
+// The buffers named by the prefetch calls of a lowered statement, one per call:
+// "(float32)prefetch(in1_grad, <offset>, 1, 1)"; an L2 prefetch's offset adds the marker
+// "optfuse_prefetch_l2_marker()" (src/lower/prefetch.h).
+std::multiset<std::string> prefetched_buffers(const std::string& text, Level level = Level::Near) {
   std::multiset<std::string> names;
-  std::regex call(R"(prefetch\((in[0-9]+_[A-Za-z0-9_]+),)");
+  std::regex call(R"(\bprefetch\((in[0-9]+_[A-Za-z0-9_]+), ([^\n]*), 1, 1\))");
   for (auto it = std::sregex_iterator(text.begin(), text.end(), call); it != std::sregex_iterator();
-       ++it)
-    names.insert((*it)[1]);
+       ++it) {
+    const bool l2 = (*it)[2].str().find("optfuse_prefetch_l2_marker()") != std::string::npos;
+    if (l2 == (level == Level::L2)) names.insert((*it)[1]);
+  }
   return names;
 }
 
@@ -61,10 +69,30 @@ TEST(Prefetch, EveryInputEveryLineAheadInTheParallelLoopOnly) {
   EXPECT_THAT(text, HasSubstr(") + 512, 1, 1)"));
   // Only inside the parallel tasks' loop (out.s0.x.xvo.xi): every prefetch names it or a value
   // derived from it in the same loop; the single-task path (loop out.s0.x.xvo) has none.
-  size_t single = text.find("for (out.s0.x.xvo, ");
+  size_t single = text.find(".s0.x.xvo, ");
   ASSERT_NE(single, std::string::npos) << text;
   size_t single_end = text.find("for (", single + 5);
   EXPECT_THAT(text.substr(single, single_end - single), Not(HasSubstr("prefetch(")));
+}
+
+TEST(Prefetch, L2PrefetchesTheSameLinesFartherAhead) {
+  Graph adamw = update_graph({{"type", "adamw"}});
+  std::string text = stmt(adamw, 2048, 16384);
+  std::multiset<std::string> near = prefetched_buffers(text);
+  std::multiset<std::string> l2 = prefetched_buffers(text, Level::L2);
+  ASSERT_FALSE(l2.empty()) << text;
+  EXPECT_EQ(l2, near);  // one L2 prefetch beside each near one
+  // 16384 bytes = 4096 f32 elements ahead.
+  EXPECT_THAT(text, HasSubstr(") + 4096) + optfuse_prefetch_l2_marker(), 1, 1)"));
+  size_t single = text.find(".s0.x.xvo, ");
+  ASSERT_NE(single, std::string::npos) << text;
+  size_t single_end = text.find("for (", single + 5);
+  EXPECT_THAT(text.substr(single, single_end - single), Not(HasSubstr("prefetch")));
+  // bf16 params and grads (f32 master weights and state): 8192 bf16 elements, 4096 f32.
+  std::string mixed =
+      stmt(update_graph({{"type", "adamw"}}, {}, DType::BF16, DType::BF16), 2048, 16384);
+  EXPECT_THAT(mixed, HasSubstr(") + 8192) + optfuse_prefetch_l2_marker(), 1, 1)"));
+  EXPECT_THAT(mixed, HasSubstr(") + 4096) + optfuse_prefetch_l2_marker(), 1, 1)"));
 }
 
 TEST(Prefetch, TwoByteTypesAndWideVectorsPrefetchEachLineOnce) {
@@ -89,20 +117,37 @@ TEST(Prefetch, TwoByteTypesAndWideVectorsPrefetchEachLineOnce) {
 
 TEST(Prefetch, ZeroMeansNoneAndChangesTheKey) {
   Graph adamw = update_graph({{"type", "adamw"}});
-  EXPECT_TRUE(prefetched_buffers(stmt(adamw, 0)).empty());
+  const std::string neither = stmt(adamw, 0, 0), near_only = stmt(adamw, 2048, 0),
+                    l2_only = stmt(adamw, 0, 16384);
+  EXPECT_THAT(neither, Not(HasSubstr("prefetch")));
+  EXPECT_FALSE(prefetched_buffers(near_only).empty());
+  EXPECT_TRUE(prefetched_buffers(near_only, Level::L2).empty());
+  EXPECT_TRUE(prefetched_buffers(l2_only).empty());
+  EXPECT_FALSE(prefetched_buffers(l2_only, Level::L2).empty());
   EXPECT_THAT(with_prefetch(0).str(), HasSubstr(".p0"));
   EXPECT_THAT(with_prefetch(4096).str(), HasSubstr(".p4096"));
-  EXPECT_THAT(with_prefetch(2048).str(), Not(HasSubstr(".p")));  // the default: keys unchanged
+  EXPECT_THAT(with_prefetch(2048, 0).str(), HasSubstr(".l0"));
+  EXPECT_THAT(with_prefetch(2048, 65536).str(), HasSubstr(".l65536"));
+  // The defaults: keys unchanged.
+  EXPECT_THAT(with_prefetch(2048).str(), Not(HasSubstr(".p")));
+  EXPECT_THAT(with_prefetch(2048).str(), Not(HasSubstr(".l")));
 }
 
-TEST(Prefetch, ObjectCodeUsesPrefetchT0) {
-  // Halide 14 emits locality 0 (prefetchnta); jit/kernel_object.cpp makes it 3 (prefetcht0).
+TEST(Prefetch, ObjectCodeUsesPrefetchT0AndT1) {
+  // Halide 14 emits locality 0 (prefetchnta); jit/kernel_object.cpp makes it 3 (prefetcht0),
+  // and each L2 prefetch call locality 2 (prefetcht1), leaving no call of the placeholder.
   Graph adamw = update_graph({{"type", "adamw"}});
   const std::string listing = testing::disassemble(
-      jit::compile_kernel_object(canonicalize(adamw), with_prefetch(2048), kTarget, "k"));
+      jit::compile_kernel_object(canonicalize(adamw), with_prefetch(2048, 16384), kTarget, "k"));
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GE(testing::occurrences(listing, "prefetcht0"), 4u);  // at least one per input
+  EXPECT_EQ(testing::occurrences(listing, "prefetcht1"),
+            testing::occurrences(listing, "prefetcht0"));
   EXPECT_EQ(testing::occurrences(listing, "prefetchnta"), 0u);
+  EXPECT_EQ(testing::occurrences(listing, "optfuse_prefetch_l2_marker"), 0u);
+  const std::string near_only = testing::disassemble(
+      jit::compile_kernel_object(canonicalize(adamw), with_prefetch(2048, 0), kTarget, "k"));
+  EXPECT_EQ(testing::occurrences(near_only, "prefetcht1"), 0u);
 }
 
 TEST(Prefetch, NeverChangesAResult) {
@@ -111,11 +156,16 @@ TEST(Prefetch, NeverChangesAResult) {
                                 Options{{"type", "sgd"}, {"momentum", 0.9}, {"nesterov", true}}}) {
     const std::string type = config["type"];
     Graph g = update_graph(config);
-    Schedule off, far;
+    Schedule off, far, l2_off;
     off.prefetch = 0;
+    off.prefetch_l2 = 0;
     far.prefetch = 4096;
+    far.prefetch_l2 = 65536;
+    l2_off.prefetch_l2 = 0;
     auto base = e.kernel(g), k0 = e.kernel(g, off), k4 = e.kernel(g, far);
+    auto k_near = e.kernel(g, l2_off);
     EXPECT_NE(k0->key(), base->key());
+    EXPECT_NE(k_near->key(), base->key());
     // Sizes that take the parallel path (more than one task) with ragged tails.
     for (int64_t n : {int64_t(7), int64_t(40001), int64_t(1) << 18 | 5}) {
       SCOPED_TRACE(type + " n=" + std::to_string(n));
@@ -133,6 +183,7 @@ TEST(Prefetch, NeverChangesAResult) {
       // Exactly equal (a NaN where the other has one: some exp_avg_sq inputs are negative).
       testing::expect_close(testing::run_kernel(*k0, in, sc), want, 0.0, 0.0);
       testing::expect_close(testing::run_kernel(*k4, in, sc), want, 0.0, 0.0);
+      testing::expect_close(testing::run_kernel(*k_near, in, sc), want, 0.0, 0.0);
     }
   }
 }
@@ -141,10 +192,13 @@ TEST(Prefetch, PerRowKernelsPrefetchInTheRowLoopAndKeepTheirBits) {
   // Gradient centralization: each row is reduced (its mean), then updated.
   Graph gc = update_graph({{"type", "adamw"}, {"grad_centralization", true}});
   EXPECT_THAT(stmt(gc, 2048), HasSubstr("prefetch(in1_grad"));
-  EXPECT_TRUE(prefetched_buffers(stmt(gc, 0)).empty());
+  EXPECT_EQ(prefetched_buffers(stmt(gc, 2048), Level::L2).count("in1_grad"),
+            prefetched_buffers(stmt(gc, 2048)).count("in1_grad"));
+  EXPECT_THAT(stmt(gc, 0, 0), Not(HasSubstr("prefetch")));
   Engine& e = testing::shared_engine();
   Schedule off;
   off.prefetch = 0;
+  off.prefetch_l2 = 0;
   auto base = e.kernel(gc), k0 = e.kernel(gc, off);
   const int64_t cols = 777, rows = 301;  // ragged rows, several tasks
   testing::Tensors in;

@@ -74,6 +74,8 @@ TEST(ScheduleStr, DefaultTextUnchangedNewFieldsOnlyWhenSet) {
   Schedule no_prefetch = cpu(16);
   no_prefetch.prefetch = 0;
   EXPECT_EQ(no_prefetch.str(), "v16.t1.m16384.p0");
+  no_prefetch.prefetch_l2 = 0;
+  EXPECT_EQ(no_prefetch.str(), "v16.t1.m16384.p0.l0");
 }
 
 TEST(ScheduleDb, TextIsDeterministicAndSorted) {
@@ -165,6 +167,7 @@ TEST(ScheduleDb, RoundTripThroughAFile) {
   db.put(entry("cccc", 1 << 26, cpu(32, 1, 0, 2)));
   Schedule near = cpu(8);
   near.prefetch = 1024;
+  near.prefetch_l2 = 8192;
   db.put(entry("dddd", 1 << 26, near));
   db.save(dir + "/sub/db.json");  // creates the directory
   ScheduleDb back = ScheduleDb::load(dir + "/sub/db.json");
@@ -174,8 +177,10 @@ TEST(ScheduleDb, RoundTripThroughAFile) {
   EXPECT_EQ(back.entries()[0].schedule.str(), "v16.t1.m16384.u4.c262144");
   EXPECT_EQ(back.entries()[1].schedule.tasks_per_thread, 2);
   EXPECT_EQ(back.entries()[1].schedule.prefetch, Schedule{}.prefetch);  // not written: default
+  EXPECT_EQ(back.entries()[1].schedule.prefetch_l2, Schedule{}.prefetch_l2);
   EXPECT_EQ(back.entries()[2].schedule.prefetch, 1024);
-  EXPECT_EQ(back.entries()[2].schedule.str(), "v8.t1.m16384.p1024");
+  EXPECT_EQ(back.entries()[2].schedule.prefetch_l2, 8192);
+  EXPECT_EQ(back.entries()[2].schedule.str(), "v8.t1.m16384.p1024.l8192");
   fs::remove_all(dir);
 }
 
@@ -335,13 +340,15 @@ TEST_F(TunedEngine, DatabaseForAnotherTargetOrMissingIsIgnoredBrokenIsAnError) {
 TEST(ScheduleSpace, CpuAndGpuDimensions) {
   std::string cpu_target = testing::shared_engine().target_string();
   auto space = schedule_space(cpu_target);
-  ASSERT_EQ(space.size(), 4u);
+  ASSERT_EQ(space.size(), 5u);
   EXPECT_EQ(space[0].name, "vector_width");
   EXPECT_EQ(space[1].name, "unroll");
   EXPECT_EQ(space[2].name, "tasks");
   EXPECT_EQ(space[2].labels.size(), space[2].values.size());
   EXPECT_EQ(space[3].name, "prefetch");
   EXPECT_THAT(space[3].labels, ::testing::ElementsAre("p0", "p1024", "p2048", "p4096"));
+  EXPECT_EQ(space[4].name, "prefetch_l2");
+  EXPECT_THAT(space[4].labels, ::testing::ElementsAre("l0", "l8192", "l16384", "l65536"));
   EngineOptions eo;
   eo.target = "host-cuda";
   eo.compile_only = true;

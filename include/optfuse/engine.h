@@ -33,13 +33,17 @@ struct Schedule {
   // prefetches every cache line of every input this far ahead of the vector it loads, so the
   // memory system stays busy while the arithmetic of an update runs (src/lower/prefetch.h).
   int prefetch = 2048;
+  // CPU targets: a second prefetch per line into L2 only, this many bytes ahead (0 = none).
+  // Farther than `prefetch`, it keeps more lines on their way from memory than the core's
+  // L1 miss slots allow, so the near prefetch then finds them in L2.
+  int prefetch_l2 = 16384;
   // GPU targets only (ignored, and reset to 0, for CPU targets): threads per block; 0 = 256. On
   // a GPU target vector_width is the consecutive elements each thread handles (0 = 4: one 128-bit
   // access per f32 tensor) and tasks_per_thread / min_task are unused (reset to their defaults).
   int gpu_block = 0;
   // Stable text used in keys: "v16.t1.m16384" for CPU schedules (unchanged by gpu_block), with
-  // ".u4" / ".c65536" / ".p1024" appended only when unroll / task_elems / prefetch differ from
-  // their defaults (so keys of
+  // ".u4" / ".c65536" / ".p1024" / ".l16384" appended only when unroll / task_elems / prefetch /
+  // prefetch_l2 differ from their defaults (so keys of
   // default schedules never change), and "gpu.v4.b256" for resolved GPU schedules.
   std::string str() const;
 

@@ -4,8 +4,8 @@
 // command line over this.
 //
 // The search, per graph and size: start from the default schedule and vary one dimension at a
-// time (vector width, unroll, task split, prefetch distance; see schedule_space), keeping a value only if it beats
-// the best so far by `min_gain`; then re-measure the winner against the default with twice the
+// time (vector width, unroll, task split, prefetch distances; see schedule_space), keeping a value
+// only if it beats the best so far by `min_gain`; then re-measure the winner against the default with twice the
 // pairs and keep it only if it still wins. Every measurement is PAIRED: default and candidate
 // are called alternately on the same buffers (order swapped every pair) and the figure is the
 // median of the per-pair time ratios, so load changes on a busy machine cancel out.
@@ -22,7 +22,7 @@ namespace optfuse {
 // One dimension of the schedule space: a name and the schedules it tries, each as a change of
 // the incumbent (the best schedule so far).
 struct ScheduleDimension {
-  std::string name;  // "vector_width", "unroll", "tasks", "prefetch",
+  std::string name;  // "vector_width", "unroll", "tasks", "prefetch", "prefetch_l2"
                      // ("gpu_block", "elements_per_thread")
   std::vector<std::function<void(Schedule&)>> values;
   std::vector<std::string> labels;  // one per value, for listings
@@ -31,8 +31,9 @@ struct ScheduleDimension {
 // The space searched for `resolved_target` (Engine::target_string()). CPU: vector width (the
 // natural f32 width times 1, 2 (default), 4), unroll (1, 2, 4 vectors), task split (1, 2, 4
 // tasks per thread, or fixed tasks of 64K, 256K, 1M elements), software prefetch distance (none,
-// 1, 2 (default), 4 KiB). CUDA: threads per block (64 to
-// 1024) and elements per thread (1, 2, 4, 8); listed, but only searchable with a CUDA device.
+// 1, 2 (default), 4 KiB), L2 prefetch distance (none, 8, 16 (default), 64 KiB). CUDA: threads
+// per block (64 to 1024) and elements per thread (1, 2, 4, 8); listed, but only searchable with a
+// CUDA device.
 std::vector<ScheduleDimension> schedule_space(const std::string& resolved_target);
 
 struct TuneOptions {

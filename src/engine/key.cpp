@@ -16,6 +16,7 @@ std::string Schedule::str() const {
   if (unroll > 1) s += ".u" + std::to_string(unroll);
   if (task_elems > 0) s += ".c" + std::to_string(task_elems);
   if (prefetch != Schedule{}.prefetch) s += ".p" + std::to_string(prefetch);
+  if (prefetch_l2 != Schedule{}.prefetch_l2) s += ".l" + std::to_string(prefetch_l2);
   return s;
 }
 
@@ -71,8 +72,9 @@ namespace engine_detail {
 // Schedule (a changed op lowering, a new specialization), so that cached objects of the old code
 // are misses instead of being reused. 2: single-task calls bypass the thread pool. 3: software
 // prefetch in the parallel tasks' loop (Schedule::prefetch). 4: f16 conversions as F16C
-// instructions on x86 (lower/f16c.h).
-constexpr const char* kLoweringVersion = "lowering-4";
+// instructions on x86 (lower/f16c.h). 5: a second prefetch into L2, farther ahead
+// (Schedule::prefetch_l2).
+constexpr const char* kLoweringVersion = "lowering-5";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

@@ -11,8 +11,11 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <map>
+#include <set>
+#include <vector>
 
 #include "lower/f16c.h"
+#include "lower/prefetch.h"
 
 namespace optfuse::jit {
 namespace {
@@ -25,6 +28,34 @@ void prefetch_into_all_levels(llvm::Module& m) {
       if (auto* call = llvm::dyn_cast<llvm::CallInst>(u))
         call->setArgOperand(2, llvm::ConstantInt::get(call->getArgOperand(2)->getType(), 3));
   }
+}
+
+// lower/prefetch.h: every prefetch whose address is computed from a kPrefetchL2Marker call gets
+// locality 2, which fills L2 and L3 but not L1 (prefetcht1 on x86); the calls become 0.
+void prefetch_into_l2(llvm::Module& m) {
+  llvm::Function* marker = m.getFunction(lower::kPrefetchL2Marker);
+  if (marker == nullptr) return;
+  std::vector<llvm::CallInst*> calls;
+  for (llvm::User* u : marker->users())
+    if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
+  std::vector<llvm::Value*> work(calls.begin(), calls.end());
+  std::set<llvm::Value*> seen(work.begin(), work.end());
+  while (!work.empty()) {  // everything computed from a marker (address arithmetic)
+    llvm::Value* v = work.back();
+    work.pop_back();
+    for (llvm::User* u : v->users()) {
+      auto* call = llvm::dyn_cast<llvm::CallInst>(u);
+      if (call != nullptr && call->getIntrinsicID() == llvm::Intrinsic::prefetch)
+        call->setArgOperand(2, llvm::ConstantInt::get(call->getArgOperand(2)->getType(), 2));
+      else if (seen.insert(u).second)
+        work.push_back(u);
+    }
+  }
+  for (llvm::CallInst* call : calls) {
+    call->replaceAllUsesWith(llvm::ConstantInt::get(call->getType(), 0));
+    call->eraseFromParent();
+  }
+  if (marker->use_empty()) marker->eraseFromParent();
 }
 
 // Where an instruction computing from `v` can go so that `v` dominates it: right after v's
@@ -89,7 +120,8 @@ void f16c_conversions(llvm::Module& m) {
 std::vector<char> compile_module_to_object(const Halide::Module& m) {
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> ir = Halide::compile_module_to_llvm_module(m, ctx);
-  prefetch_into_all_levels(*ir);
+  prefetch_into_all_levels(*ir);  // before prefetch_into_l2, whose locality it would undo
+  prefetch_into_l2(*ir);
   f16c_conversions(*ir);
   llvm::SmallVector<char, 0> object;
   llvm::raw_svector_ostream out(object);

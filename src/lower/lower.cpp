@@ -87,7 +87,7 @@ class PipelineBuilder {
     funcs_.inputs = inputs_;
     apply_schedule(funcs_, s, target);
     Halide::Pipeline pipeline(pipeline_outputs);
-    add_prefetch_pass(pipeline, funcs_.prefetch_loops, s.prefetch);
+    add_prefetch_pass(pipeline, funcs_.prefetch_loops, s.prefetch, s.prefetch_l2);
     add_f16c_pass(pipeline, target);
     return Lowered{pipeline, arguments()};
   }
@@ -361,6 +361,7 @@ Schedule resolve_schedule(Schedule s, const Halide::Target& target) {
   s.unroll = std::max(s.unroll, 1);
   s.task_elems = std::max<int64_t>(s.task_elems, 0);
   s.prefetch = std::max(s.prefetch, 0);
+  s.prefetch_l2 = std::max(s.prefetch_l2, 0);
   return s;
 }
 

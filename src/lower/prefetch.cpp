@@ -32,10 +32,25 @@ class FindInputStreams : public IRVisitor {
   }
 };
 
+// A prefetch of element `index` of `load`'s buffer. An L2 prefetch adds kPrefetchL2Marker's value
+// (0) to its offset: Halide 14's prefetch intrinsic has no locality argument, and
+// jit/kernel_object.cpp gives every prefetch whose address uses the marker locality 2. (An
+// extern call in the loop instead would be opaque to LLVM: it changed which values LLVM shared
+// between the outputs, and with them the rounding of some results.)
+Stmt prefetch(const Load* load, Expr index, bool into_l2) {
+  Expr base = Variable::make(Halide::Handle(), load->name);
+  index = simplify(index);
+  if (into_l2) index += Call::make(Halide::Int(32), kPrefetchL2Marker, {}, Call::PureExtern);
+  return Evaluate::make(
+      Call::make(load->type.element_of(), Call::prefetch, {base, index, 1, 1}, Call::Intrinsic));
+}
+
 class InjectLinePrefetches : public IRMutator {
  public:
-  InjectLinePrefetches(std::vector<std::string> loops, int distance_bytes)
-      : loops_(std::move(loops)), distance_bytes_(distance_bytes) {}
+  InjectLinePrefetches(std::vector<std::string> loops, int distance_bytes, int l2_distance_bytes)
+      : loops_(std::move(loops)),
+        distance_bytes_(distance_bytes),
+        l2_distance_bytes_(l2_distance_bytes) {}
 
  private:
   using IRMutator::visit;
@@ -60,12 +75,13 @@ class InjectLinePrefetches : public IRMutator {
       const int lanes = load->type.lanes();
       const int line_elems = std::max(kLineBytes / bytes, 1);
       const int lines = (lanes * bytes + kLineBytes - 1) / kLineBytes;
-      Expr base = Variable::make(Halide::Handle(), load->name);
-      Expr ahead = load->index.as<Ramp>()->base + distance_bytes_ / bytes;
-      for (int k = 0; k < lines; ++k)
-        block.push_back(Evaluate::make(Call::make(load->type.element_of(), Call::prefetch,
-                                                  {base, simplify(ahead + k * line_elems), 1, 1},
-                                                  Call::Intrinsic)));
+      Expr first = load->index.as<Ramp>()->base;
+      for (int k = 0; k < lines; ++k) {
+        if (distance_bytes_ > 0)
+          block.push_back(prefetch(load, first + distance_bytes_ / bytes + k * line_elems, false));
+        if (l2_distance_bytes_ > 0)
+          block.push_back(prefetch(load, first + l2_distance_bytes_ / bytes + k * line_elems, true));
+      }
     }
     if (block.empty()) return s;
     block.push_back(s);
@@ -74,15 +90,17 @@ class InjectLinePrefetches : public IRMutator {
 
   std::vector<std::string> loops_;
   int distance_bytes_;
+  int l2_distance_bytes_;
   bool inside_ = false;
 };
 
 }  // namespace
 
 void add_prefetch_pass(Halide::Pipeline& p, const std::vector<std::string>& loops,
-                       int distance_bytes) {
-  if (distance_bytes <= 0 || loops.empty()) return;
-  p.add_custom_lowering_pass(new InjectLinePrefetches(loops, distance_bytes));
+                       int distance_bytes, int l2_distance_bytes) {
+  if ((distance_bytes <= 0 && l2_distance_bytes <= 0) || loops.empty()) return;
+  p.add_custom_lowering_pass(
+      new InjectLinePrefetches(loops, std::max(distance_bytes, 0), std::max(l2_distance_bytes, 0)));
 }
 
 }  // namespace optfuse::lower

@@ -53,7 +53,7 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   if (f.load.defined()) f.load.compute_at(f.out, xv);
   // The parallel tasks stream from memory; a call that fits one task is mostly cache-resident
   // (and per-call overhead matters there), so the single-task loop gets no prefetches.
-  if (s.prefetch > 0) f.prefetch_loops.push_back("." + xi.name());
+  if (s.prefetch > 0 || s.prefetch_l2 > 0) f.prefetch_loops.push_back("." + xi.name());
 }
 
 void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
@@ -78,7 +78,7 @@ void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
   if (f.load.defined()) f.load.compute_at(f.out, xv);
   // Each row is read from memory by its reductions, then from cache by the update: prefetches
   // in the row loop run ahead into the rest of the row and on into the task's next row.
-  if (s.prefetch > 0) f.prefetch_loops.push_back("." + yi.name());
+  if (s.prefetch > 0 || s.prefetch_l2 > 0) f.prefetch_loops.push_back("." + yi.name());
   if (f.uniforms.defined()) f.uniforms.compute_root();
 }
 

@@ -24,6 +24,7 @@ json schedule_json(const Schedule& s) {
             {"str", s.str()}};
   // Written only when not the default, as in str(): files from before the field stay canonical.
   if (s.prefetch != Schedule{}.prefetch) j["prefetch"] = s.prefetch;
+  if (s.prefetch_l2 != Schedule{}.prefetch_l2) j["prefetch_l2"] = s.prefetch_l2;
   return j;
 }
 
@@ -52,9 +53,10 @@ Schedule schedule_from(const json& j, const std::string& where) {
   s.task_elems = field<int64_t>(j, "task_elems", where, 0, false);
   s.gpu_block = field<int>(j, "gpu_block", where, 0, false);
   s.prefetch = field<int>(j, "prefetch", where, s.prefetch, false);
+  s.prefetch_l2 = field<int>(j, "prefetch_l2", where, s.prefetch_l2, false);
   if (s.vector_width < 0 || s.tasks_per_thread < 1 || s.min_task < 1 || s.unroll < 1 ||
       s.unroll > 64 || s.task_elems < 0 || s.gpu_block < 0 || s.prefetch < 0 ||
-      s.prefetch > (1 << 16))
+      s.prefetch > (1 << 16) || s.prefetch_l2 < 0 || s.prefetch_l2 > (1 << 20))
     throw Error(where + ": schedule " + j.dump() + " has a value out of range");
   return s;
 }

@@ -183,7 +183,10 @@ std::vector<ScheduleDimension> schedule_space(const std::string& resolved_target
   ScheduleDimension prefetch{"prefetch", {}, {}};
   for (int p : {0, 1024, 2048, 4096})
     add(prefetch, "p" + std::to_string(p), [p](Schedule& s) { s.prefetch = p; });
-  space = {vw, unroll, tasks, prefetch};
+  ScheduleDimension prefetch_l2{"prefetch_l2", {}, {}};
+  for (int p : {0, 8192, 16384, 65536})
+    add(prefetch_l2, "l" + std::to_string(p), [p](Schedule& s) { s.prefetch_l2 = p; });
+  space = {vw, unroll, tasks, prefetch, prefetch_l2};
   return space;
 }
 
