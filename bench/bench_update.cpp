@@ -201,53 +201,60 @@ void BM_Ceiling_3R2W(benchmark::State& state) {
   run_fused(state, stream_3r2w_graph(), {}, kSgdBytes);
 }
 
-// ---- Paired: fused AdamW and the ceiling alternated call by call -----------------------------
+// ---- Paired: two kernels alternated call by call -------------------------------------------
 // On a shared machine, load from other processes comes and goes between benchmarks and spoils a
-// ratio of two separate runs. Here each iteration times one call of each kernel (order alternated),
-// so both see the same conditions; the counters give the ratio of speeds two ways:
-//   ratio_median = median(ceiling call) / median(fused call)
-//   ratio_min    = fastest ceiling call / fastest fused call (preemption only ever adds time)
-// bytes_per_second counts both calls (2 x 28 B/element). Both kernels use schedule `s`.
-void paired_adamw_ceiling(benchmark::State& state, const Schedule& s) {
+// ratio of two separate runs. Here each iteration times one call of each kernel (order alternated,
+// each over its own arrays), so both see the same conditions; the counters give the ratio of
+// speeds two ways:
+//   ratio_median = median(b call) / median(a call)
+//   ratio_min    = fastest b call / fastest a call (preemption only ever adds time)
+// bytes_per_second counts both calls (2 x 28 B/element).
+void paired_calls(benchmark::State& state, const Kernel& a,
+                  const std::map<std::string, double>& a_scalars, const Kernel& b,
+                  const std::map<std::string, double>& b_scalars) {
   using Clock = std::chrono::steady_clock;
-  std::vector<double> t_fused, t_ceiling;
-  try {
-    auto fused = engine().kernel(optim::make_rule("adamw")->graph(adamw_options()), s);
-    auto ceiling = engine().kernel(tools::stream_4r3w_graph(), s);
-    Arrays a(8, state.range(0));
-    const KernelCall fc = call_over(*fused, a, 0, adamw_scalars());
-    const KernelCall cc = call_over(*ceiling, a, 4, {});
-    for (int i = 0; i < kWarmup; ++i) fused->run(fc), ceiling->run(cc);
-    auto timed = [](const Kernel& k, const KernelCall& c) {
-      auto t0 = Clock::now();
-      k.run(c);
-      return std::chrono::duration<double>(Clock::now() - t0).count();
-    };
-    bool fused_first = true;
-    for (auto _ : state) {
-      if (fused_first) {
-        t_fused.push_back(timed(*fused, fc));
-        t_ceiling.push_back(timed(*ceiling, cc));
-      } else {
-        t_ceiling.push_back(timed(*ceiling, cc));
-        t_fused.push_back(timed(*fused, fc));
-      }
-      fused_first = !fused_first;
+  std::vector<double> t_a, t_b;
+  Arrays arrays(8, state.range(0));
+  const KernelCall ca = call_over(a, arrays, 0, a_scalars);
+  const KernelCall cb = call_over(b, arrays, 4, b_scalars);
+  for (int i = 0; i < kWarmup; ++i) a.run(ca), b.run(cb);
+  auto timed = [](const Kernel& k, const KernelCall& c) {
+    auto t0 = Clock::now();
+    k.run(c);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  bool a_first = true;
+  for (auto _ : state) {
+    if (a_first) {
+      t_a.push_back(timed(a, ca));
+      t_b.push_back(timed(b, cb));
+    } else {
+      t_b.push_back(timed(b, cb));
+      t_a.push_back(timed(a, ca));
     }
-    state.SetLabel("adamw " + fused->key().substr(0, 16) + " vs stream_4r3w " +
-                   ceiling->key().substr(0, 16) + ", both " + fused->schedule().str());
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
+    a_first = !a_first;
   }
   auto median = [](std::vector<double> v) {
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
     return v[v.size() / 2];
   };
-  state.counters["ratio_median"] = median(t_ceiling) / median(t_fused);
-  state.counters["ratio_min"] = *std::min_element(t_ceiling.begin(), t_ceiling.end()) /
-                                *std::min_element(t_fused.begin(), t_fused.end());
+  state.counters["ratio_median"] = median(t_b) / median(t_a);
+  state.counters["ratio_min"] =
+      *std::min_element(t_b.begin(), t_b.end()) / *std::min_element(t_a.begin(), t_a.end());
   set_bytes(state, 2 * kAdamBytes);
+}
+
+// Fused AdamW against the ceiling, both with schedule `s`: ratio = AdamW's share of the ceiling.
+void paired_adamw_ceiling(benchmark::State& state, const Schedule& s) {
+  try {
+    auto fused = engine().kernel(optim::make_rule("adamw")->graph(adamw_options()), s);
+    auto ceiling = engine().kernel(tools::stream_4r3w_graph(), s);
+    paired_calls(state, *fused, adamw_scalars(), *ceiling, {});
+    state.SetLabel("adamw " + fused->key().substr(0, 16) + " vs stream_4r3w " +
+                   ceiling->key().substr(0, 16) + ", both " + fused->schedule().str());
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
 }
 
 void BM_Paired_AdamW_Ceiling(benchmark::State& state) {
@@ -271,6 +278,21 @@ void BM_Paired_AdamW_Ceiling_NoL2Prefetch(benchmark::State& state) {
   paired_adamw_ceiling(state, s);
 }
 
+// Fused AdamW with the default schedule against fused AdamW without the L2 prefetch: ratio =
+// the default's speed-up in absolute time (the ceiling pairs above give shares, not speeds).
+void BM_Paired_AdamW_L2Prefetch_Speedup(benchmark::State& state) {
+  Schedule without = engine().options().schedule;
+  without.prefetch_l2 = 0;
+  try {
+    const Graph g = optim::make_rule("adamw")->graph(adamw_options());
+    auto with_l2 = engine().kernel(g), without_l2 = engine().kernel(g, without);
+    paired_calls(state, *with_l2, adamw_scalars(), *without_l2, adamw_scalars());
+    state.SetLabel(with_l2->schedule().str() + " vs " + without_l2->schedule().str());
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 // The same pair with the schedule the committed database (schedules/, or $OPTFUSE_SCHEDULES)
 // gives AdamW at this size, in both kernels: what a tuned engine runs, against the same ceiling.
 void BM_Paired_AdamW_Ceiling_Tuned(benchmark::State& state) {
@@ -292,6 +314,7 @@ void register_all() {
       {"BM_Paired_AdamW_Ceiling", BM_Paired_AdamW_Ceiling},
       {"BM_Paired_AdamW_Ceiling_NoPrefetch", BM_Paired_AdamW_Ceiling_NoPrefetch},
       {"BM_Paired_AdamW_Ceiling_NoL2Prefetch", BM_Paired_AdamW_Ceiling_NoL2Prefetch},
+      {"BM_Paired_AdamW_L2Prefetch_Speedup", BM_Paired_AdamW_L2Prefetch_Speedup},
       {"BM_Paired_AdamW_Ceiling_Tuned", BM_Paired_AdamW_Ceiling_Tuned},
       {"BM_AdamW_Unfused", BM_AdamW_Unfused},
       {"BM_AdamW_Scalar", BM_AdamW_Scalar},

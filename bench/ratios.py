@@ -7,6 +7,14 @@ import sys
 from collections import defaultdict
 
 CEILING = {"AdamW": "Ceiling_4R3W", "SGDMomentum": "Ceiling_3R2W"}
+# What each paired benchmark's ratio is (speed of the first named over the second).
+PAIRED = {
+    "Paired_AdamW_Ceiling": "paired AdamW_Fused / Ceiling_4R3W",
+    "Paired_AdamW_Ceiling_NoPrefetch": "paired AdamW_Fused / Ceiling_4R3W (no prefetch)",
+    "Paired_AdamW_Ceiling_NoL2Prefetch": "paired AdamW_Fused / Ceiling_4R3W (no L2 prefetch)",
+    "Paired_AdamW_Ceiling_Tuned": "paired AdamW_Fused / Ceiling_4R3W (tuned schedule)",
+    "Paired_AdamW_L2Prefetch_Speedup": "paired AdamW_Fused, with / without L2 prefetch (speed-up)",
+}
 
 
 def load(path):
@@ -33,10 +41,7 @@ def main(path):
         v = bps[size]
         print(f"n = 2^{size.bit_length() - 1} ({size})")
         for name, (med, fastest) in sorted(paired.get(size, {}).items()):
-            what = {"NoPrefetch": " (no prefetch)", "NoL2Prefetch": " (no L2 prefetch)",
-                    "Tuned": " (tuned schedule)"}.get(
-                name.rsplit("_", 1)[-1], "")
-            print(f"  paired AdamW_Fused / Ceiling_4R3W{what}: median {med:.2f}, fastest {fastest:.2f}")
+            print(f"  {PAIRED.get(name, name)}: median {med:.2f}, fastest {fastest:.2f}")
         for name, b in sorted(v.items()):
             line = f"  {name:<20} {b / 1e9:7.2f} GB/s"
             algo = name.split("_")[0]

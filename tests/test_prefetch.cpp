@@ -44,7 +44,7 @@ enum class Level { Near, L2 };
 // "optfuse_prefetch_l2_marker()" (src/lower/prefetch.h).
 std::multiset<std::string> prefetched_buffers(const std::string& text, Level level = Level::Near) {
   std::multiset<std::string> names;
-  std::regex call(R"(\bprefetch\((in[0-9]+_[A-Za-z0-9_]+), ([^\n]*), 1, 1\))");
+  std::regex call(R"(\bprefetch\(([A-Za-z0-9_$.]+), ([^\n]*), 1, 1\))");
   for (auto it = std::sregex_iterator(text.begin(), text.end(), call); it != std::sregex_iterator();
        ++it) {
     const bool l2 = (*it)[2].str().find("optfuse_prefetch_l2_marker()") != std::string::npos;
@@ -95,12 +95,35 @@ TEST(Prefetch, L2PrefetchesTheSameLinesFartherAhead) {
   EXPECT_THAT(mixed, HasSubstr(") + 4096) + optfuse_prefetch_l2_marker(), 1, 1)"));
 }
 
+// The buffers among `names` that are outputs ("out.3", "out$2.3"), not inputs ("in0_param").
+std::set<std::string> outputs_among(const std::multiset<std::string>& names) {
+  std::set<std::string> out;
+  for (const std::string& n : names)
+    if (n.rfind("out", 0) == 0) out.insert(n);
+  return out;
+}
+
+TEST(Prefetch, OutputsNoInputReadsFirstArePrefetchedToo) {
+  // bf16 params with f32 master weights: the bf16 param is only written, so its stores are the
+  // only accesses to its lines, and they are prefetched like an input (near and into L2).
+  std::string mixed =
+      stmt(update_graph({{"type", "adamw"}}, {}, DType::BF16, DType::BF16), 2048, 16384);
+  std::set<std::string> near = outputs_among(prefetched_buffers(mixed));
+  ASSERT_EQ(near.size(), 1u) << mixed;
+  EXPECT_EQ(outputs_among(prefetched_buffers(mixed, Level::L2)), near);
+  EXPECT_THAT(mixed, HasSubstr("(bfloat16)prefetch(" + *near.begin() + ", "));
+  // f32: every output overwrites an input the loop reads (and prefetches) anyway.
+  Graph adamw = update_graph({{"type", "adamw"}});
+  EXPECT_TRUE(outputs_among(prefetched_buffers(stmt(adamw, 2048, 16384))).empty());
+  EXPECT_TRUE(outputs_among(prefetched_buffers(stmt(adamw, 2048, 16384), Level::L2)).empty());
+}
+
 TEST(Prefetch, TwoByteTypesAndWideVectorsPrefetchEachLineOnce) {
   // bf16 params (f32 master): 16 lanes x 2 bytes = half a line; f32 at 32 lanes = 2 lines.
   Graph mixed = update_graph({{"type", "adamw"}}, {}, DType::BF16, DType::BF16);
   std::string mixed_text = stmt(mixed, 1024);
   std::multiset<std::string> names = prefetched_buffers(mixed_text);
-  EXPECT_GT(names.count("in1_grad"), 0u);  // bf16, read
+  EXPECT_GT(names.count("in1_grad"), 0u);                 // bf16, read
   EXPECT_EQ(names.count("in0_param"), 0u) << mixed_text;  // bf16, only written: never loaded
   EXPECT_THAT(mixed_text, HasSubstr(") + 512, 1, 1)"));   // bf16: 1024 bytes = 512 elements
   EXPECT_THAT(mixed_text, HasSubstr(") + 256, 1, 1)"));   // f32 master and state: 256
@@ -152,10 +175,15 @@ TEST(Prefetch, ObjectCodeUsesPrefetchT0AndT1) {
 
 TEST(Prefetch, NeverChangesAResult) {
   Engine& e = testing::shared_engine();
-  for (const Options& config : {Options{{"type", "adamw"}, {"weight_decay", 0.01}},
-                                Options{{"type", "sgd"}, {"momentum", 0.9}, {"nesterov", true}}}) {
-    const std::string type = config["type"];
-    Graph g = update_graph(config);
+  // bf16 params and grads: the bf16 param is an output no input load reads (prefetched too).
+  const std::pair<Options, DType> cases[] = {
+      {Options{{"type", "adamw"}, {"weight_decay", 0.01}}, DType::F32},
+      {Options{{"type", "sgd"}, {"momentum", 0.9}, {"nesterov", true}}, DType::F32},
+      {Options{{"type", "adamw"}, {"weight_decay", 0.01}}, DType::BF16}};
+  for (const auto& [config, dtype] : cases) {
+    const std::string type =
+        config["type"].get<std::string>() + " " + std::string(dtype_name(dtype));
+    Graph g = update_graph(config, {}, dtype, dtype);
     Schedule off, far, l2_off;
     off.prefetch = 0;
     off.prefetch_l2 = 0;

@@ -53,7 +53,8 @@ Schedule cpu(int vw, int unroll = 1, int64_t task_elems = 0, int tasks_per_threa
 Graph sgd_graph() { return update_graph({{"type", "sgd"}, {"lr", 0.1}, {"momentum", 0.9}}); }
 
 std::string temp_dir(const std::string& tag) {
-  fs::path d = fs::temp_directory_path() / ("optfuse-sched-" + tag + "-" + std::to_string(::getpid()));
+  fs::path d =
+      fs::temp_directory_path() / ("optfuse-sched-" + tag + "-" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();
@@ -229,8 +230,8 @@ class TunedEngine : public ::testing::Test {
     target_ = testing::shared_engine().target_string();
     hash_ = structural_hash(canonicalize(sgd_graph())).hex();
     ScheduleDb db(target_);
-    db.put(entry(hash_, 4096, cpu(8, 4, 2048)));        // small calls: unrolled, fixed tasks
-    db.put(entry(hash_, 1 << 20, cpu(0, 2, 0, 2)));     // large calls: unroll 2, 2 tasks/thread
+    db.put(entry(hash_, 4096, cpu(8, 4, 2048)));     // small calls: unrolled, fixed tasks
+    db.put(entry(hash_, 1 << 20, cpu(0, 2, 0, 2)));  // large calls: unroll 2, 2 tasks/thread
     db.save(dir_ + "/" + target_ + ".json");
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -264,12 +265,12 @@ TEST_F(TunedEngine, TunedScheduleChangesTheKeyAndComputesTheSameNumbers) {
   EXPECT_FALSE(is_tuned);
   // Ragged sizes around every task, unroll and vector boundary: identical results.
   for (int64_t n : {1, 7, 8, 33, 2047, 2048, 2049, 16383, 16385, 70001}) {
-    Tensors in = {{"param", values(n, 1)},
-                  {"grad", values(n, 2)},
-                  {"momentum_buffer", values(n, 3)}};
+    Tensors in = {
+        {"param", values(n, 1)}, {"grad", values(n, 2)}, {"momentum_buffer", values(n, 3)}};
     testing::Scalars sc;
     // Not powers of two: products round, so a schedule that contracts differently shows.
-    for (const auto& s : base->signature().scalars) sc[s.name] = 0.1 + 0.8 * (s.name.size() % 3) / 3;
+    for (const auto& s : base->signature().scalars)
+      sc[s.name] = 0.1 + 0.8 * (s.name.size() % 3) / 3;
     Tensors want = run_kernel(*base, in, sc);
     for (const auto& k : {small, large}) {
       SCOPED_TRACE(k->schedule().str() + " n=" + std::to_string(n));
@@ -408,7 +409,8 @@ struct CliRun {
 
 CliRun cli(const std::string& args, const std::string& dir) {
   std::string out = dir + "/cli.out", err = dir + "/cli.err";
-  int status = std::system((std::string(OPTFUSE_CLI_PATH) + " " + args + " >" + out + " 2>" + err).c_str());
+  int status =
+      std::system((std::string(OPTFUSE_CLI_PATH) + " " + args + " >" + out + " 2>" + err).c_str());
   auto slurp = [](const std::string& path) {
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -418,8 +420,11 @@ CliRun cli(const std::string& args, const std::string& dir) {
 
 TEST(TuneCli, WritesADatabaseThatLoads) {
   std::string dir = temp_dir("cli");
-  CliRun r = cli("tune --optimizer sgd --optimizer '{\"type\":\"sgd\",\"momentum\":0.9}' "
-                 "--sizes 4096 --budget 1 --json --db " + dir + "/db.json", dir);
+  CliRun r =
+      cli("tune --optimizer sgd --optimizer '{\"type\":\"sgd\",\"momentum\":0.9}' "
+          "--sizes 4096 --budget 1 --json --db " +
+              dir + "/db.json",
+          dir);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("tune: sgd"));  // progress on stderr
   nlohmann::json j = nlohmann::json::parse(r.out);
@@ -429,7 +434,8 @@ TEST(TuneCli, WritesADatabaseThatLoads) {
   EXPECT_EQ(db.entries().size(), 2u);
   EXPECT_EQ(db.target(), testing::shared_engine().target_string());
   // A second run merges: other entries are kept.
-  ASSERT_EQ(cli("tune --optimizer adam --sizes 4096 --budget 0 --db " + dir + "/db.json", dir).rc, 0);
+  ASSERT_EQ(cli("tune --optimizer adam --sizes 4096 --budget 0 --db " + dir + "/db.json", dir).rc,
+            0);
   EXPECT_EQ(ScheduleDb::load(dir + "/db.json").entries().size(), 3u);
   CliRun none = cli("tune --budget 1", dir);
   EXPECT_NE(none.rc, 0);

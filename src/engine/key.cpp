@@ -55,7 +55,8 @@ std::string signature_text(const KernelSignature& s) {
   for (const auto& in : s.inputs)
     t += "in " + in.name + " " + std::string(role_name(in.role)) + " " +
          std::string(dtype_name(in.dtype)) + "\n";
-  for (const auto& sc : s.scalars) t += "scalar " + sc.name + " " + std::string(dtype_name(sc.dtype)) + "\n";
+  for (const auto& sc : s.scalars)
+    t += "scalar " + sc.name + " " + std::string(dtype_name(sc.dtype)) + "\n";
   for (const auto& out : s.outputs)
     t += "out " + out.replaces + " " + std::string(dtype_name(out.dtype)) + "\n";
   // Only graphs with results or row reductions add lines: older texts stay valid.
@@ -73,8 +74,8 @@ namespace engine_detail {
 // are misses instead of being reused. 2: single-task calls bypass the thread pool. 3: software
 // prefetch in the parallel tasks' loop (Schedule::prefetch). 4: f16 conversions as F16C
 // instructions on x86 (lower/f16c.h). 5: a second prefetch into L2, farther ahead
-// (Schedule::prefetch_l2).
-constexpr const char* kLoweringVersion = "lowering-5";
+// (Schedule::prefetch_l2). 6: outputs no input load reads (16-bit params) prefetched too.
+constexpr const char* kLoweringVersion = "lowering-6";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

@@ -87,7 +87,8 @@ class PipelineBuilder {
     funcs_.inputs = inputs_;
     apply_schedule(funcs_, s, target);
     Halide::Pipeline pipeline(pipeline_outputs);
-    add_prefetch_pass(pipeline, funcs_.prefetch_loops, s.prefetch, s.prefetch_l2);
+    add_prefetch_pass(pipeline, funcs_.prefetch_loops, write_only_output_buffers(), s.prefetch,
+                      s.prefetch_l2);
     add_f16c_pass(pipeline, target);
     return Lowered{pipeline, arguments()};
   }
@@ -145,6 +146,23 @@ class PipelineBuilder {
     for (const Output& o : g_.outputs()) read[o.value] = true;
     for (const Result& r : g_.results()) read[r.value] = true;
     return read;
+  }
+
+  // The buffers of outputs whose input is never loaded (a bf16 param updated from its f32 master
+  // copy): their stores are the only accesses to those lines (lower/prefetch.h).
+  std::vector<std::string> write_only_output_buffers() const {
+    std::vector<std::string> names;
+    if (g_.outputs().empty()) return names;
+    const std::vector<bool> read = read_inputs();
+    const std::vector<Output> outs = sorted_outputs();
+    const std::vector<Halide::OutputImageParam> buffers = funcs_.out.output_buffers();
+    for (size_t k = 0; k < outs.size(); ++k)
+      for (size_t id = 0; id < g_.nodes().size(); ++id) {
+        const Node& n = g_.nodes()[id];
+        if (n.op == Op::Input && n.name == outs[k].replaces && !read[id])
+          names.push_back(buffers.at(k).name());
+      }
+    return names;
   }
 
   std::vector<Result> sorted_results() const {

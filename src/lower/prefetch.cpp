@@ -32,23 +32,24 @@ class FindInputStreams : public IRVisitor {
   }
 };
 
-// A prefetch of element `index` of `load`'s buffer. An L2 prefetch adds kPrefetchL2Marker's value
-// (0) to its offset: Halide 14's prefetch intrinsic has no locality argument, and
-// jit/kernel_object.cpp gives every prefetch whose address uses the marker locality 2. (An
-// extern call in the loop instead would be opaque to LLVM: it changed which values LLVM shared
-// between the outputs, and with them the rounding of some results.)
-Stmt prefetch(const Load* load, Expr index, bool into_l2) {
-  Expr base = Variable::make(Halide::Handle(), load->name);
+// A prefetch of element `index` of `buffer` (elements of `type`). An L2 prefetch adds
+// kPrefetchL2Marker's value (0) to its offset: Halide 14's prefetch intrinsic has no locality
+// argument, and jit/kernel_object.cpp gives every prefetch whose address uses the marker
+// locality 2. (An extern call in the loop instead would be opaque to LLVM: it changed which values
+// LLVM shared between the outputs, and with them the rounding of some results.)
+Stmt prefetch(const std::string& buffer, Halide::Type type, Expr index, bool into_l2) {
+  Expr base = Variable::make(Halide::Handle(), buffer);
   index = simplify(index);
   if (into_l2) index += Call::make(Halide::Int(32), kPrefetchL2Marker, {}, Call::PureExtern);
-  return Evaluate::make(
-      Call::make(load->type.element_of(), Call::prefetch, {base, index, 1, 1}, Call::Intrinsic));
+  return Evaluate::make(Call::make(type, Call::prefetch, {base, index, 1, 1}, Call::Intrinsic));
 }
 
 class InjectLinePrefetches : public IRMutator {
  public:
-  InjectLinePrefetches(std::vector<std::string> loops, int distance_bytes, int l2_distance_bytes)
+  InjectLinePrefetches(std::vector<std::string> loops, std::vector<std::string> write_only,
+                       int distance_bytes, int l2_distance_bytes)
       : loops_(std::move(loops)),
+        write_only_(std::move(write_only)),
         distance_bytes_(distance_bytes),
         l2_distance_bytes_(l2_distance_bytes) {}
 
@@ -70,25 +71,40 @@ class InjectLinePrefetches : public IRMutator {
     FindInputStreams streams;
     op->value.accept(&streams);
     std::vector<Stmt> block;
-    for (const Load* load : streams.loads) {
-      const int bytes = load->type.bytes();  // of one element
-      const int lanes = load->type.lanes();
-      const int line_elems = std::max(kLineBytes / bytes, 1);
-      const int lines = (lanes * bytes + kLineBytes - 1) / kLineBytes;
-      Expr first = load->index.as<Ramp>()->base;
-      for (int k = 0; k < lines; ++k) {
-        if (distance_bytes_ > 0)
-          block.push_back(prefetch(load, first + distance_bytes_ / bytes + k * line_elems, false));
-        if (l2_distance_bytes_ > 0)
-          block.push_back(prefetch(load, first + l2_distance_bytes_ / bytes + k * line_elems, true));
-      }
-    }
+    for (const Load* load : streams.loads)
+      add_line_prefetches(load->name, load->type, load->index.as<Ramp>()->base, &block);
+    // A store to a buffer nothing reads first misses the cache (the core must own each line
+    // before writing it): prefetching those lines too kept a bf16 AdamW from losing 10-20% to
+    // the L2 prefetches of its inputs (src/lower/README.md).
+    const Ramp* dense = op->index.as<Ramp>();
+    if (dense != nullptr && is_const_one(dense->stride) &&
+        std::find(write_only_.begin(), write_only_.end(), op->name) != write_only_.end())
+      add_line_prefetches(op->name, op->value.type(), dense->base, &block);
     if (block.empty()) return s;
     block.push_back(s);
     return Block::make(block);
   }
 
+  // For each cache line of the `vector` (a vector type) at element `first` of `buffer`: a prefetch
+  // `distance_bytes_` ahead and one into L2 `l2_distance_bytes_` ahead (those > 0).
+  void add_line_prefetches(const std::string& buffer, Halide::Type vector, const Expr& first,
+                           std::vector<Stmt>* block) const {
+    const int bytes = vector.bytes();  // of one element
+    const int line_elems = std::max(kLineBytes / bytes, 1);
+    const int lines = (vector.lanes() * bytes + kLineBytes - 1) / kLineBytes;
+    const Halide::Type element = vector.element_of();
+    for (int k = 0; k < lines; ++k) {
+      if (distance_bytes_ > 0)
+        block->push_back(
+            prefetch(buffer, element, first + distance_bytes_ / bytes + k * line_elems, false));
+      if (l2_distance_bytes_ > 0)
+        block->push_back(
+            prefetch(buffer, element, first + l2_distance_bytes_ / bytes + k * line_elems, true));
+    }
+  }
+
   std::vector<std::string> loops_;
+  std::vector<std::string> write_only_;
   int distance_bytes_;
   int l2_distance_bytes_;
   bool inside_ = false;
@@ -97,10 +113,11 @@ class InjectLinePrefetches : public IRMutator {
 }  // namespace
 
 void add_prefetch_pass(Halide::Pipeline& p, const std::vector<std::string>& loops,
-                       int distance_bytes, int l2_distance_bytes) {
+                       const std::vector<std::string>& write_only_buffers, int distance_bytes,
+                       int l2_distance_bytes) {
   if ((distance_bytes <= 0 && l2_distance_bytes <= 0) || loops.empty()) return;
-  p.add_custom_lowering_pass(
-      new InjectLinePrefetches(loops, std::max(distance_bytes, 0), std::max(l2_distance_bytes, 0)));
+  p.add_custom_lowering_pass(new InjectLinePrefetches(
+      loops, write_only_buffers, std::max(distance_bytes, 0), std::max(l2_distance_bytes, 0)));
 }
 
 }  // namespace optfuse::lower

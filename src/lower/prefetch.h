@@ -30,12 +30,14 @@ inline constexpr const char* kPrefetchL2Marker = "optfuse_prefetch_l2_marker";
 
 // Adds to `p` a lowering pass that, inside every loop whose name contains one of `loops` (the
 // schedule names them: the parallel tasks' vector loop, the row loop of per-row graphs), puts
-// before each store that reads a dense vector of an input buffer one prefetch per cache line of
-// that vector, `distance_bytes` ahead, and one into L2 only per line `l2_distance_bytes` ahead
-// (a second, farther stream that the near one then finds in L2). Prefetches never fault, so ones
-// past the end of a buffer are harmless. A distance <= 0 adds none of its kind; no loops or
-// neither kind: no pass.
+// before each store one prefetch per cache line of each dense vector the store reads from an
+// input buffer, and of the vector it writes when its buffer is one of `write_only_buffers`
+// (outputs no input load reads first): `distance_bytes` ahead, and again into L2 only
+// `l2_distance_bytes` ahead (a second, farther stream that the near one then finds in L2).
+// Prefetches never fault, so ones past the end of a buffer are harmless. A distance <= 0 adds
+// none of its kind; no loops or neither kind: no pass.
 void add_prefetch_pass(Halide::Pipeline& p, const std::vector<std::string>& loops,
-                       int distance_bytes, int l2_distance_bytes);
+                       const std::vector<std::string>& write_only_buffers, int distance_bytes,
+                       int l2_distance_bytes);
 
 }  // namespace optfuse::lower

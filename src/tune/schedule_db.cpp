@@ -1,12 +1,13 @@
 // The schedule database file (format in include/optfuse/schedules.h): parse with every field
 // checked, a deterministic text, nearest-size lookup.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "cache/fs.h"
 #include "optfuse/error.h"
@@ -18,9 +19,12 @@ namespace {
 using nlohmann::json;
 
 json schedule_json(const Schedule& s) {
-  json j = {{"vector_width", s.vector_width}, {"tasks_per_thread", s.tasks_per_thread},
-            {"min_task", s.min_task},         {"unroll", s.unroll},
-            {"task_elems", s.task_elems},     {"gpu_block", s.gpu_block},
+  json j = {{"vector_width", s.vector_width},
+            {"tasks_per_thread", s.tasks_per_thread},
+            {"min_task", s.min_task},
+            {"unroll", s.unroll},
+            {"task_elems", s.task_elems},
+            {"gpu_block", s.gpu_block},
             {"str", s.str()}};
   // Written only when not the default, as in str(): files from before the field stay canonical.
   if (s.prefetch != Schedule{}.prefetch) j["prefetch"] = s.prefetch;

@@ -52,7 +52,12 @@ class SizeSearch {
  public:
   SizeSearch(Engine& engine, const Graph& g, int64_t n, const TuneOptions& o, double budget,
              TuneReport& report)
-      : engine_(engine), g_(g), n_(n), o_(o), budget_(budget), report_(report),
+      : engine_(engine),
+        g_(g),
+        n_(n),
+        o_(o),
+        budget_(budget),
+        report_(report),
         base_(engine.kernel(g)),
         work_(base_->signature(), n) {}
 
@@ -122,8 +127,12 @@ class SizeSearch {
   }
 
   void record(const Schedule& s, const PairedResult& r, bool kept, const char* note = nullptr) {
-    TuneTrial t{g_.name(), s.str(), n_, r.ratio,
-                work_.bytes_per_call() / std::max(r.candidate_seconds, 1e-12) / 1e9, r.pairs,
+    TuneTrial t{g_.name(),
+                s.str(),
+                n_,
+                r.ratio,
+                work_.bytes_per_call() / std::max(r.candidate_seconds, 1e-12) / 1e9,
+                r.pairs,
                 kept};
     report_.trials.push_back(t);
     progress(g_.name() + " n=" + size_text(n_) + " " + s.str() + ": " + fmt(r.ratio) +
@@ -221,7 +230,8 @@ TuneReport tune(const std::vector<Graph>& graphs, const TuneOptions& o) {
   report.target = engine.target_string();
   report.threads = engine.num_threads();
   if (jit::target_uses_cuda(report.target))
-    throw Error("tune: target " + report.target + ": searching GPU schedules needs buffers on a "
+    throw Error("tune: target " + report.target +
+                ": searching GPU schedules needs buffers on a "
                 "CUDA device, which the tuner does not allocate yet (`optfuse tune --list` shows "
                 "the GPU space: gpu_block x elements per thread)");
   // One search per structure: graphs that canonicalize to the same hash share a kernel.
