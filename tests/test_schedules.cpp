@@ -349,6 +349,8 @@ TEST(ScheduleSpace, CpuAndGpuDimensions) {
   EXPECT_EQ(space[3].name, "prefetch");
   EXPECT_THAT(space[3].labels, ::testing::ElementsAre("p0", "p1024", "p2048", "p4096"));
   EXPECT_EQ(space[4].name, "prefetch_l2");
+  // Only the prefetch distances wait for sizes past the last-level cache (tune.h).
+  for (size_t d = 0; d < space.size(); ++d) EXPECT_EQ(space[d].past_cache_only, d >= 3) << d;
   EXPECT_THAT(space[4].labels, ::testing::ElementsAre("l0", "l8192", "l16384", "l65536"));
   EngineOptions eo;
   eo.target = "host-cuda";

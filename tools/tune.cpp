@@ -1,5 +1,7 @@
 // `optfuse tune`: measures schedules for optimizer kernels on this machine and keeps the best per
 // (kernel structure, target, size) in the schedule database (include/optfuse/schedules.h).
+#include "optfuse/tune.h"
+
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -7,7 +9,6 @@
 
 #include "optfuse/error.h"
 #include "optfuse/optfuse.hpp"
-#include "optfuse/tune.h"
 #include "tools/commands.h"
 #include "tools/spec.h"
 
@@ -29,9 +30,11 @@ struct TuneCmdOptions {
 std::vector<Graph> graphs_to_tune(const TuneCmdOptions& o) {
   std::vector<Graph> graphs;
   if (o.all)
-    for (const std::string& type : optimizer_types()) graphs.push_back(update_graph({{"type", type}}));
+    for (const std::string& type : optimizer_types())
+      graphs.push_back(update_graph({{"type", type}}));
   for (const std::string& name : o.optimizers) {
-    Options config = !name.empty() && name[0] == '{' ? Options::parse(name) : Options{{"type", name}};
+    Options config =
+        !name.empty() && name[0] == '{' ? Options::parse(name) : Options{{"type", name}};
     graphs.push_back(update_graph(config));
   }
   for (const std::string& path : o.specs) {
@@ -55,13 +58,14 @@ void list_space(const TuneCmdOptions& o) {
                          eo.target = o.target;
                          eo.compile_only = true;
                          return eo;
-                       }()).target_string();
+                       }())
+                           .target_string();
   std::printf("schedule space for %s (default first in each dimension's effect: see engine.h):\n",
               target.c_str());
   for (const auto& d : schedule_space(target)) {
     std::printf("  %-20s", d.name.c_str());
     for (const auto& l : d.labels) std::printf(" %s", l.c_str());
-    std::printf("\n");
+    std::printf("%s\n", d.past_cache_only ? "   (only past the last-level cache)" : "");
   }
 }
 
@@ -95,8 +99,8 @@ int run_tune(const TuneCmdOptions& o) {
       std::fclose(f);
       db = ScheduleDb::load(db_path);
       if (db.target() != report.target)
-        throw Error("tune: " + db_path + " holds schedules for target " + db.target() +
-                    ", not " + report.target + " (use --db)");
+        throw Error("tune: " + db_path + " holds schedules for target " + db.target() + ", not " +
+                    report.target + " (use --db)");
     }
     for (const TunedSchedule& t : report.best) db.put(t);
     db.save(db_path);
@@ -111,18 +115,22 @@ int run_tune(const TuneCmdOptions& o) {
     j["budget_exhausted"] = report.budget_exhausted;
     j["trials"] = nlohmann::json::array();
     for (const TuneTrial& t : report.trials)
-      j["trials"].push_back({{"name", t.graph_name}, {"n", t.n}, {"schedule", t.schedule},
-                             {"ratio", t.ratio}, {"gbps", t.gbps}, {"pairs", t.pairs},
+      j["trials"].push_back({{"name", t.graph_name},
+                             {"n", t.n},
+                             {"schedule", t.schedule},
+                             {"ratio", t.ratio},
+                             {"gbps", t.gbps},
+                             {"pairs", t.pairs},
                              {"kept", t.kept}});
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("%-10s %-9s %-7s %-28s %8s %8s %7s\n", "kernel", "n", "class", "schedule",
-              "GB/s", "default", "ratio");
+  std::printf("%-10s %-9s %-7s %-28s %8s %8s %7s\n", "kernel", "n", "class", "schedule", "GB/s",
+              "default", "ratio");
   for (const TunedSchedule& t : report.best)
     std::printf("%-10s %-9lld %-7s %-28s %8.1f %8.1f %7.3f\n", t.name.c_str(),
-                static_cast<long long>(t.n), t.size_class.c_str(), t.schedule.str().c_str(),
-                t.gbps, t.default_gbps, t.ratio);
+                static_cast<long long>(t.n), t.size_class.c_str(), t.schedule.str().c_str(), t.gbps,
+                t.default_gbps, t.ratio);
   std::printf("%zu measurements in %.1f s%s; %s\n", report.trials.size(), report.seconds,
               report.budget_exhausted ? " (budget exhausted: some searches stopped early)" : "",
               o.no_write ? "database not written (--no-write)" : ("written to " + db_path).c_str());
@@ -134,10 +142,12 @@ int run_tune(const TuneCmdOptions& o) {
 void add_tune_command(CLI::App& app) {
   auto o = std::make_shared<TuneCmdOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "tune", "Measure schedules for optimizer kernels on this machine and keep the best per "
-              "(kernel structure, target, size) in schedules/<target>.json");
-  cmd->add_option("--spec", o->specs, "model spec (JSON, examples/specs/README.md): tune every "
-                                      "param group's kernel (repeatable)")
+      "tune",
+      "Measure schedules for optimizer kernels on this machine and keep the best per "
+      "(kernel structure, target, size) in schedules/<target>.json");
+  cmd->add_option("--spec", o->specs,
+                  "model spec (JSON, examples/specs/README.md): tune every "
+                  "param group's kernel (repeatable)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--optimizer", o->optimizers,
                   "an optimizer name (adamw, sgd, ...) or a JSON config such as "
@@ -146,15 +156,20 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--target", o->target, "Halide target (CPU targets only are searched)")
       ->capture_default_str();
   cmd->add_option("--budget", o->budget, "seconds for the whole search, compiles included")
-      ->check(CLI::Range(0.0, 1e6))->capture_default_str();
-  cmd->add_option("--sizes", o->sizes, "elements per tensor to tune at (default: 2^20, cache-"
-                                       "resident, and 2^26, far past the last-level cache)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--sizes", o->sizes,
+                  "elements per tensor to tune at (default: 2^20, cache-"
+                  "resident, and 2^26, far past the last-level cache)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 34));
-  cmd->add_option("--min-gain", o->min_gain, "how much faster (paired median) a schedule must "
-                                             "be to replace the default")
-      ->check(CLI::Range(0.0, 10.0))->capture_default_str();
+  cmd->add_option("--min-gain", o->min_gain,
+                  "how much faster (paired median) a schedule must "
+                  "be to replace the default")
+      ->check(CLI::Range(0.0, 10.0))
+      ->capture_default_str();
   cmd->add_option("--threads", o->threads, "worker threads (0 = all cores)")
-      ->check(CLI::Range(0, 1024))->capture_default_str();
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   cmd->add_option("--db", o->db, "database file (default: schedules/<resolved target>.json)");
   cmd->add_flag("--no-write", o->no_write, "measure and report only");
   cmd->add_flag("--list", o->list, "print the schedule space for --target and exit");

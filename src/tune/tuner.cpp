@@ -65,14 +65,17 @@ class SizeSearch {
     auto t0 = Clock::now();
     // Time per measurement: the budget spread over the space (~12 candidates + confirmation),
     // at least 3 pairs however long a call is.
+    const bool past_cache = work_.bytes_per_call() > last_level_cache_bytes();
     size_t candidates = 2;
-    for (const auto& d : space) candidates += d.values.size();
+    for (const auto& d : space)
+      if (past_cache || !d.past_cache_only) candidates += d.values.size();
     per_trial_ = std::clamp(budget_ / static_cast<double>(candidates) * 0.5, 0.02, 3.0);
     double last_trial = 0;  // wall time of the last trial, compile included: the next one's guess
     Schedule best = base_->schedule();
     double best_ratio = 1.0;
     std::set<std::string> seen{best.str()};
     for (const ScheduleDimension& dim : space) {
+      if (dim.past_cache_only && !past_cache) continue;
       Schedule incumbent = best;
       for (const auto& change : dim.values) {
         if (since(t0) + last_trial > budget_) {
@@ -98,7 +101,7 @@ class SizeSearch {
     t.graph = structural_hash(canonicalize(g_)).hex();
     t.name = g_.name();
     t.n = n_;
-    t.size_class = work_.bytes_per_call() <= last_level_cache_bytes() ? "cache" : "memory";
+    t.size_class = past_cache ? "memory" : "cache";
     t.threads = engine_.num_threads();
     t.date = today_utc();
     t.schedule = base_->schedule();
@@ -189,10 +192,10 @@ std::vector<ScheduleDimension> schedule_space(const std::string& resolved_target
       s.tasks_per_thread = 1;
       s.task_elems = c;
     });
-  ScheduleDimension prefetch{"prefetch", {}, {}};
+  ScheduleDimension prefetch{"prefetch", {}, {}, true};
   for (int p : {0, 1024, 2048, 4096})
     add(prefetch, "p" + std::to_string(p), [p](Schedule& s) { s.prefetch = p; });
-  ScheduleDimension prefetch_l2{"prefetch_l2", {}, {}};
+  ScheduleDimension prefetch_l2{"prefetch_l2", {}, {}, true};
   for (int p : {0, 8192, 16384, 65536})
     add(prefetch_l2, "l" + std::to_string(p), [p](Schedule& s) { s.prefetch_l2 = p; });
   space = {vw, unroll, tasks, prefetch, prefetch_l2};
