@@ -53,6 +53,17 @@ std::multiset<std::string> prefetched_buffers(const std::string& text, Level lev
   return names;
 }
 
+// The single-task path's loop ("for (out.s0.x.xvo, ..." up to the next loop; the Func may be
+// named out$N), or "" with a test failure if there is none.
+std::string single_task_loop(const std::string& text) {
+  size_t single = text.find(".s0.x.xvo, ");
+  if (single == std::string::npos) {
+    ADD_FAILURE() << "no single-task loop in\n" << text;
+    return "";
+  }
+  return text.substr(single, text.find("for (", single + 5) - single);
+}
+
 TEST(Prefetch, EveryInputEveryLineAheadInTheParallelLoopOnly) {
   Graph adamw = update_graph({{"type", "adamw"}});
   std::string text = stmt(adamw, 2048);
@@ -69,10 +80,7 @@ TEST(Prefetch, EveryInputEveryLineAheadInTheParallelLoopOnly) {
   EXPECT_THAT(text, HasSubstr(") + 512, 1, 1)"));
   // Only inside the parallel tasks' loop (out.s0.x.xvo.xi): every prefetch names it or a value
   // derived from it in the same loop; the single-task path (loop out.s0.x.xvo) has none.
-  size_t single = text.find(".s0.x.xvo, ");
-  ASSERT_NE(single, std::string::npos) << text;
-  size_t single_end = text.find("for (", single + 5);
-  EXPECT_THAT(text.substr(single, single_end - single), Not(HasSubstr("prefetch(")));
+  EXPECT_THAT(single_task_loop(text), Not(HasSubstr("prefetch(")));
 }
 
 TEST(Prefetch, L2PrefetchesTheSameLinesFartherAhead) {
@@ -84,10 +92,7 @@ TEST(Prefetch, L2PrefetchesTheSameLinesFartherAhead) {
   EXPECT_EQ(l2, near);  // one L2 prefetch beside each near one
   // 16384 bytes = 4096 f32 elements ahead.
   EXPECT_THAT(text, HasSubstr(") + 4096) + optfuse_prefetch_l2_marker(), 1, 1)"));
-  size_t single = text.find(".s0.x.xvo, ");
-  ASSERT_NE(single, std::string::npos) << text;
-  size_t single_end = text.find("for (", single + 5);
-  EXPECT_THAT(text.substr(single, single_end - single), Not(HasSubstr("prefetch")));
+  EXPECT_THAT(single_task_loop(text), Not(HasSubstr("prefetch")));
   // bf16 params and grads (f32 master weights and state): 8192 bf16 elements, 4096 f32.
   std::string mixed =
       stmt(update_graph({{"type", "adamw"}}, {}, DType::BF16, DType::BF16), 2048, 16384);
