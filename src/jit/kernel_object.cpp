@@ -20,42 +20,36 @@
 namespace optfuse::jit {
 namespace {
 
-// llvm.prefetch(address, rw, locality, cache type): locality 3 keeps the line in every level.
-void prefetch_into_all_levels(llvm::Module& m) {
+// llvm.prefetch(address, rw, locality, cache type). Halide 14 emits locality 0 (prefetchnta).
+// Each prefetch whose address is computed from a lower::kPrefetchL2Marker call gets locality 2,
+// which fills L2 and L3 but not L1 (prefetcht1 on x86); every other one gets 3, which keeps the
+// line in every level (prefetcht0). The marker calls become 0.
+void set_prefetch_localities(llvm::Module& m) {
+  std::vector<llvm::CallInst*> markers;
+  if (llvm::Function* marker = m.getFunction(lower::kPrefetchL2Marker))
+    for (llvm::User* u : marker->users())
+      if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) markers.push_back(call);
+  std::set<llvm::Value*> from_marker(markers.begin(), markers.end());
+  std::vector<llvm::Value*> work(markers.begin(), markers.end());
+  while (!work.empty()) {  // everything computed from a marker (address arithmetic)
+    llvm::Value* v = work.back();
+    work.pop_back();
+    for (llvm::User* u : v->users())
+      if (from_marker.insert(u).second) work.push_back(u);
+  }
   for (llvm::Function& f : m) {
     if (f.getIntrinsicID() != llvm::Intrinsic::prefetch) continue;
     for (llvm::User* u : f.users())
       if (auto* call = llvm::dyn_cast<llvm::CallInst>(u))
-        call->setArgOperand(2, llvm::ConstantInt::get(call->getArgOperand(2)->getType(), 3));
+        call->setArgOperand(2, llvm::ConstantInt::get(call->getArgOperand(2)->getType(),
+                                                      from_marker.count(call) ? 2 : 3));
   }
-}
-
-// lower/prefetch.h: every prefetch whose address is computed from a kPrefetchL2Marker call gets
-// locality 2, which fills L2 and L3 but not L1 (prefetcht1 on x86); the calls become 0.
-void prefetch_into_l2(llvm::Module& m) {
-  llvm::Function* marker = m.getFunction(lower::kPrefetchL2Marker);
-  if (marker == nullptr) return;
-  std::vector<llvm::CallInst*> calls;
-  for (llvm::User* u : marker->users())
-    if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
-  std::vector<llvm::Value*> work(calls.begin(), calls.end());
-  std::set<llvm::Value*> seen(work.begin(), work.end());
-  while (!work.empty()) {  // everything computed from a marker (address arithmetic)
-    llvm::Value* v = work.back();
-    work.pop_back();
-    for (llvm::User* u : v->users()) {
-      auto* call = llvm::dyn_cast<llvm::CallInst>(u);
-      if (call != nullptr && call->getIntrinsicID() == llvm::Intrinsic::prefetch)
-        call->setArgOperand(2, llvm::ConstantInt::get(call->getArgOperand(2)->getType(), 2));
-      else if (seen.insert(u).second)
-        work.push_back(u);
-    }
-  }
-  for (llvm::CallInst* call : calls) {
+  for (llvm::CallInst* call : markers) {
     call->replaceAllUsesWith(llvm::ConstantInt::get(call->getType(), 0));
     call->eraseFromParent();
   }
-  if (marker->use_empty()) marker->eraseFromParent();
+  if (llvm::Function* marker = m.getFunction(lower::kPrefetchL2Marker))
+    if (marker->use_empty()) marker->eraseFromParent();
 }
 
 // Where an instruction computing from `v` can go so that `v` dominates it: right after v's
@@ -120,8 +114,7 @@ void f16c_conversions(llvm::Module& m) {
 std::vector<char> compile_module_to_object(const Halide::Module& m) {
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> ir = Halide::compile_module_to_llvm_module(m, ctx);
-  prefetch_into_all_levels(*ir);  // before prefetch_into_l2, whose locality it would undo
-  prefetch_into_l2(*ir);
+  set_prefetch_localities(*ir);
   f16c_conversions(*ir);
   llvm::SmallVector<char, 0> object;
   llvm::raw_svector_ostream out(object);

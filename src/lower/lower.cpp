@@ -148,20 +148,17 @@ class PipelineBuilder {
     return read;
   }
 
-  // The buffers of outputs whose input is never loaded (a bf16 param updated from its f32 master
-  // copy): their stores are the only accesses to those lines (lower/prefetch.h).
+  // The buffers of outputs whose input is never loaded (load slot -1, make_leaves: a bf16 param
+  // updated from its f32 master copy): their stores are the only accesses to those lines
+  // (lower/prefetch.h).
   std::vector<std::string> write_only_output_buffers() const {
     std::vector<std::string> names;
     if (g_.outputs().empty()) return names;
-    const std::vector<bool> read = read_inputs();
     const std::vector<Output> outs = sorted_outputs();
     const std::vector<Halide::OutputImageParam> buffers = funcs_.out.output_buffers();
     for (size_t k = 0; k < outs.size(); ++k)
-      for (size_t id = 0; id < g_.nodes().size(); ++id) {
-        const Node& n = g_.nodes()[id];
-        if (n.op == Op::Input && n.name == outs[k].replaces && !read[id])
-          names.push_back(buffers.at(k).name());
-      }
+      for (auto [id, slot] : input_slot_)
+        if (slot < 0 && g_.node(id).name == outs[k].replaces) names.push_back(buffers.at(k).name());
     return names;
   }
 
