@@ -7,15 +7,17 @@
 //   opt->add_param_group({{b_ref, b_grad_ref}, ...}, {{"weight_decay", 0.0}});
 //   for (...) { /* fill grads */ opt->step(); }
 //
-// Parameters and gradients are buffers owned by the caller (f32, bf16 or f16), in host memory, or in
-// CUDA device memory for an engine with a CUDA target ("Device tensors" below); optimizer state
+// Parameters and gradients are buffers owned by the caller (f32, bf16 or f16), in host memory, or
+// in CUDA device memory for an engine with a CUDA target ("Device tensors" below); optimizer state
 // (exp_avg, momentum_buffer, sum, ...) is owned by the optimizer, created lazily at the first step
-// with torch's initial values (zeros; Adagrad's sum: initial_accumulator_value). One compiled kernel serves every tensor of every group whose update has
-// the same STRUCTURE (e.g. AdamW without AMSGrad); hyperparameter values and sizes are call
-// arguments, so changing lr between steps never recompiles.
+// with torch's initial values (zeros; Adagrad's sum: initial_accumulator_value). One compiled
+// kernel serves every tensor of every group whose update has the same STRUCTURE (e.g. AdamW without
+// AMSGrad); hyperparameter values and sizes are call arguments, so changing lr between steps never
+// recompiles.
 //
 // Step-level features (optimizer-wide: they go in the config of Optimizer::create, next to "type"):
-//   global-norm clipping   {"max_grad_norm": 1.0, "norm_type": 2 | "inf", "error_if_nonfinite": false}
+//   global-norm clipping   {"max_grad_norm": 1.0, "norm_type": 2 | "inf", "error_if_nonfinite":
+//   false}
 //                          torch.nn.utils.clip_grad_norm_ over ALL params of ALL groups, before
 //                          every update: clip_coef = min(1, max_norm / (total_norm + 1e-6));
 //   loss scaling           {"loss_scale": S}   grads arrive multiplied by a static S, or
@@ -94,8 +96,8 @@ Options optimizer_defaults(const std::string& type);
 // `param` and `grad` are the group's tensor dtypes (mixed precision, see TensorRef). With step
 // options in `config` it is the rule's graph with the grad prologue (grad_accum and/or
 // grad_scale); the statistics and accumulation micro-step kernels are not included.
-Graph update_graph(const Options& config, const Options& overrides = {},
-                   DType param = DType::F32, DType grad = DType::F32);
+Graph update_graph(const Options& config, const Options& overrides = {}, DType param = DType::F32,
+                   DType grad = DType::F32);
 
 // ---- Custom optimizers ----------------------------------------------------------------------
 // A user-defined update rule served exactly like the built-ins: its graph is normalized (idioms,
@@ -245,7 +247,8 @@ class Optimizer {
   // f32 state only (the master copy of a 16-bit param is "master"); bf16 state (state_dtype
   // "bf16") is in state_bf16() as raw bits, and state_values() widens either kind to f32.
   const std::vector<float>* state(size_t group, size_t index, const std::string& name) const;
-  const std::vector<uint16_t>* state_bf16(size_t group, size_t index, const std::string& name) const;
+  const std::vector<uint16_t>* state_bf16(size_t group, size_t index,
+                                          const std::string& name) const;
   // Any state buffer as a TensorRef: host or device memory (as the params), the param's shape,
   // the state's dtype; data null when absent. For device tensors state() and state_bf16() are
   // null, and state_values() copies the state to the host (after cuCtxSynchronize).
@@ -253,10 +256,40 @@ class Optimizer {
   TensorRef state_ref(size_t group, size_t index, const std::string& name) const;
   int64_t step_count(size_t group, size_t index) const;
 
+  // ---- Caller-owned state (for frameworks that keep the state themselves) -----------------
+  // The Python package keeps torch's `optimizer.state` as the one copy of the state: its tensors
+  // are bound here and updated in place by the kernels, so torch's state_dict() and
+  // load_state_dict() (and wrappers that use them, such as ZeroRedundancyOptimizer) just work.
+  //
+  //   for (const StateSpec& s : opt->state_spec(g))       // after add_param_group / set()
+  //     opt->bind_state(g, i, s.name, my_buffer_for(s), /*fresh=*/true);
+  //   opt->bind_scalar(g, i, "step", TensorRef{&my_step, 1});   // torch's f32 state['step']
+  //
+  // A buffer the step needs that is not bound is created and owned by the optimizer as usual.
+  struct StateSpec {
+    std::string name;  // torch's state name ("exp_avg", ...; "master" for 16-bit params)
+    DType dtype;       // the buffer's dtype (state_dtype, f32 for "master")
+    double initial;    // the value a new buffer holds (rounded to dtype once)
+    bool from_param;   // a new buffer holds the param's values instead (the master copy)
+  };
+  // The buffers the next step of `group` reads and writes, for its current options and dtypes
+  // (resolving its kernel, which may compile; it changes when set() changes the structure).
+  std::vector<StateSpec> state_spec(size_t group) const;
+  // Tensor `index` of `group` reads and writes `name` in `buffer` from the next step on (the
+  // param's numel, the spec's dtype, the param's memory; the caller keeps it alive and must not
+  // touch it during step()). `fresh`: the buffer holds a new state's initial values, so the next
+  // step treats the state as created now (SGD's first momentum step copies the gradient).
+  void bind_state(size_t group, size_t index, const std::string& name, const TensorRef& buffer,
+                  bool fresh);
+  // A per-tensor scalar kept in one element of caller memory (f32 or f64, host): "step" (read
+  // before and written after each update, as torch's state['step']) or host state a rule keeps
+  // (NAdam's "mu_product"). Error for other names.
+  void bind_scalar(size_t group, size_t index, const std::string& name, const TensorRef& value);
+
   // Writes / reads every group's options, step counts and state to a file (with the loss
-  // scaler's state and, in the middle of an accumulation cycle, the accumulation buffers). load_state checks the
-  // file (checksum, optimizer type, group and tensor sizes) before changing anything; a restored
-  // optimizer continues bit-identically.
+  // scaler's state and, in the middle of an accumulation cycle, the accumulation buffers).
+  // load_state checks the file (checksum, optimizer type, group and tensor sizes) before changing
+  // anything; a restored optimizer continues bit-identically.
   void save_state(const std::string& path) const;
   void load_state(const std::string& path);
 

@@ -37,7 +37,8 @@ namespace {
 // tuned schedules, the schedule for the tensor's size (a model has few distinct sizes, so this
 // makes few kernels). Every one takes the plain kernel's arguments (GC adds a row reduction only).
 void assign_tensor_kernels(Impl& impl, Impl::Group& g, const Graph& plain,
-                           const std::function<Graph()>& make_centralized, const Kernel& reference) {
+                           const std::function<Graph()>& make_centralized,
+                           const Kernel& reference) {
   const bool by_size = impl.engine->tuned_schedules() > 0;
   std::optional<Graph> centralized;
   std::map<std::pair<bool, int64_t>, std::shared_ptr<const Kernel>> made;
@@ -58,7 +59,8 @@ void assign_tensor_kernels(Impl& impl, Impl::Group& g, const Graph& plain,
   }
 }
 
-// Binds a group to the kernel for its current structure and dtypes (compiling on first use).
+}  // namespace
+
 void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
   const optim::Precision precision = optim::group_precision(g, group);
   const optim::GradPrologue prologue = impl.control.prologue();
@@ -66,17 +68,19 @@ void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
       impl.rule->structure(g.options) + prologue.structure() + "|" + precision.str();
   // (load_state replaces the tensors, so each must still have its kernel.)
   if (g.kernel && g.structure == structure &&
-      std::all_of(g.tensors.begin(), g.tensors.end(), [](const Impl::Tensor& t) { return t.kernel; }))
+      std::all_of(g.tensors.begin(), g.tensors.end(),
+                  [](const Impl::Tensor& t) { return t.kernel; }))
     return;
   auto graph_for = [&](const Options& options) {
-    return optim::apply_precision(
-        optim::with_grad_prologue(impl.rule->graph(options), prologue), precision);
+    return optim::apply_precision(optim::with_grad_prologue(impl.rule->graph(options), prologue),
+                                  precision);
   };
   Options plain = g.options;
   if (plain.value("grad_centralization", false)) plain["grad_centralization"] = false;
   const Graph plain_graph = graph_for(plain);
   auto kernel = impl.engine->kernel(plain_graph);  // the group's signature
-  assign_tensor_kernels(impl, g, plain_graph, [&] { return graph_for(g.options); }, *kernel);
+  assign_tensor_kernels(
+      impl, g, plain_graph, [&] { return graph_for(g.options); }, *kernel);
   std::vector<std::string> names =
       optim::precision_state_names(impl.rule->state_names(g.options), precision);
   if (prologue.accumulated) names.push_back(optim::kGradAccum);  // read-only: no output
@@ -106,6 +110,8 @@ void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
   ++g.epoch;  // every tensor's state is checked against the new binding at this step
 }
 
+namespace {
+
 // Each kernel input's state buffer for `t` (Tensor::inputs), once its state is complete.
 void bind_state(Impl::Tensor& t, const Impl::Group& g) {
   const KernelSignature& sig = g.kernel->signature();
@@ -118,21 +124,27 @@ void bind_state(Impl::Tensor& t, const Impl::Group& g) {
 
 void* input_pointer(const Impl::Tensor& t, const KernelSignature::TensorArg& arg, size_t i) {
   switch (arg.role) {
-    case Role::Param: return t.ref.param.data;
-    case Role::Grad: return t.ref.grad.data;
-    case Role::State: return t.inputs[i];
+    case Role::Param:
+      return t.ref.param.data;
+    case Role::Grad:
+      return t.ref.grad.data;
+    case Role::State:
+      return t.inputs[i];
   }
   internal_error("bad role");
 }
 
 // This step's scalars for `t`, in signature order; advances t's step and host state.
-const std::vector<double>& step_scalars(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
-                                        Impl::Tensor& t, bool created_now) {
+const std::vector<double>& step_scalars(const Impl& impl, const Impl::Group& g,
+                                        Impl::Group::Lane& lane, Impl::Tensor& t,
+                                        bool created_now) {
   Impl::Group::Lane::ScalarMemo& memo = lane.memo;
+  if (!t.bound_scalars.empty()) optim::load_bound_scalars(t);
   int64_t step = ++t.step;
   if (memo.valid && memo.step == step && memo.created_now == created_now &&
       memo.host_before == t.host) {
     t.host = memo.host_after;
+    if (!t.bound_scalars.empty()) optim::store_bound_scalars(t);
     return memo.values;
   }
   memo.valid = false;
@@ -140,7 +152,7 @@ const std::vector<double>& step_scalars(const Impl& impl, const Impl::Group& g, 
   std::map<std::string, double> values;
   impl.rule->scalars(g.options, optim::TensorStep{step, created_now, &t.host}, &values);
   values[optim::kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
-  values[optim::kRoundingKey] = 0;  // per tensor: run_tensor sets it
+  values[optim::kRoundingKey] = 0;                      // per tensor: run_tensor sets it
   memo.values.clear();
   for (const auto& s : g.kernel->signature().scalars) {
     auto it = values.find(s.name);
@@ -151,6 +163,7 @@ const std::vector<double>& step_scalars(const Impl& impl, const Impl::Group& g, 
   memo.created_now = created_now;
   memo.host_after = t.host;
   memo.valid = true;
+  if (!t.bound_scalars.empty()) optim::store_bound_scalars(t);
   return memo.values;
 }
 
@@ -159,8 +172,8 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   KernelCall& call = lane.call;
   call.scalars = step_scalars(impl, g, lane, t, created_now);
   if (g.key_slot >= 0)
-    call.scalars[static_cast<size_t>(g.key_slot)] = optim::rounding_key(
-        g.options.at("rounding_seed").get<uint64_t>(), t.step, t.stream);
+    call.scalars[static_cast<size_t>(g.key_slot)] =
+        optim::rounding_key(g.options.at("rounding_seed").get<uint64_t>(), t.step, t.stream);
   call.n = t.ref.param.numel;
   if (t.epoch != g.epoch) internal_error("a tensor's state is not bound to its group's kernel");
   const KernelSignature& sig = g.kernel->signature();
@@ -168,7 +181,8 @@ void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane,
   for (size_t i = 0; i < sig.inputs.size(); ++i)
     call.inputs[i] = input_pointer(t, sig.inputs[i], i);
   call.outputs.resize(g.output_input.size());
-  for (size_t i = 0; i < g.output_input.size(); ++i) call.outputs[i] = call.inputs[g.output_input[i]];
+  for (size_t i = 0; i < g.output_input.size(); ++i)
+    call.outputs[i] = call.inputs[g.output_input[i]];
   // (Only a per-row kernel reads cols: the option lookup stays out of the per-tensor path.)
   call.cols = t.kernel->signature().per_row ? t.gc_cols(g.options) : 0;
   call.device = impl.memory == Memory::Cuda;
@@ -270,7 +284,9 @@ Impl::Group& group_at(Impl& impl, size_t group) {
 }
 
 size_t Optimizer::group_size(size_t group) const { return group_at(*impl_, group).tensors.size(); }
-const Options& Optimizer::group_options(size_t group) const { return group_at(*impl_, group).options; }
+const Options& Optimizer::group_options(size_t group) const {
+  return group_at(*impl_, group).options;
+}
 
 void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Options& overrides) {
   size_t gi = impl_->groups.size();
@@ -300,8 +316,8 @@ void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Optio
     g.tensors.back().ref = r;
     g.tensors.back().stream = optim::tensor_stream(gi, ti);
   }
-  optim::check_group_memory(params, impl_->groups.empty() ? nullptr : &impl_->memory,
-                            impl_->memory, impl_->engine->target_string(),
+  optim::check_group_memory(params, impl_->groups.empty() ? nullptr : &impl_->memory, impl_->memory,
+                            impl_->engine->target_string(),
                             [&](size_t ti) { return Impl::where(gi, ti, params[ti]); });
   for (size_t ti = 0; ti < params.size(); ++ti) {
     optim::check_device_pointer(impl_->cuda_context, params[ti].param, "param",
@@ -363,7 +379,8 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
   optim::check_device_pointer(impl_->cuda_context, grad, "grad", who);
   if (grad.dtype != t.ref.grad.dtype)
     throw Error(who + ": the new grad's dtype " + std::string(dtype_name(grad.dtype)) +
-                " differs from the group's grad dtype " + std::string(dtype_name(t.ref.grad.dtype)));
+                " differs from the group's grad dtype " +
+                std::string(dtype_name(t.ref.grad.dtype)));
   if (grad.numel != t.ref.param.numel)
     throw Error(who + ": grad has " + std::to_string(grad.numel) + " elements but param has " +
                 std::to_string(t.ref.param.numel));
@@ -401,7 +418,8 @@ static void check_sparse_grads(const Impl& impl) {
 static void update(Impl& impl) {
   Impl* const impl_ = &impl;
   // Phase 1: kernels (compilation errors surface here, before any write).
-  for (size_t gi = 0; gi < impl_->groups.size(); ++gi) resolve_kernel(*impl_, impl_->groups[gi], gi);
+  for (size_t gi = 0; gi < impl_->groups.size(); ++gi)
+    resolve_kernel(*impl_, impl_->groups[gi], gi);
 
   // Phase 2: state (and master copies), allocated completely before any is installed.
   std::vector<optim::PendingState> pending;
@@ -410,12 +428,16 @@ static void update(Impl& impl) {
       Impl::Group& g = impl_->groups[gi];
       Impl::Tensor& t = g.tensors[ti];
       if (t.epoch == g.epoch) continue;  // complete since the group's kernel was bound
+      const std::string who = Impl::where(gi, ti, t.ref);
       if (impl_->memory == Memory::Cuda)
-        optim::plan_device_state(*impl_, g, t, Impl::where(gi, ti, t.ref), &pending);
+        optim::plan_device_state(*impl_, g, t, who, &pending);
       else
-        optim::plan_state(*impl_->rule, g, t, &pending);
+        optim::plan_state(*impl_->rule, g, t, who, &pending);
     }
   std::vector<const Impl::Tensor*> created;
+  for (auto& g : impl_->groups)
+    for (auto& t : g.tensors)
+      if (t.bound_fresh) created.push_back(&t);
   for (auto& p : pending) {
     // A converted buffer (state_dtype changed) or a master copy is not new state for the rule.
     bool fresh = !p.tensor->state.count(p.name) && !p.tensor->state16.count(p.name) &&
@@ -434,7 +456,10 @@ static void update(Impl& impl) {
 
   // Phase 3: one fused kernel call per tensor.
   std::sort(created.begin(), created.end());
+  created.erase(std::unique(created.begin(), created.end()), created.end());
   run_groups(*impl_, created);
+  for (auto& g : impl_->groups)
+    for (auto& t : g.tensors) t.bound_fresh = false;
 }
 
 StepResult Optimizer::step() { return step(StepArgs{}); }
@@ -484,7 +509,8 @@ int64_t Optimizer::bytes_per_step() const {
     // grad_accum (f32) is read once more when accumulating
     const int64_t accum = impl_->control.options.accumulating() ? 4 : 0;
     for (const auto& t : g.tensors) {
-      int64_t n = impl_->rule->sparse_grads() ? optim::touched_elements(t.sparse) : t.ref.param.numel;
+      int64_t n =
+          impl_->rule->sparse_grads() ? optim::touched_elements(t.sparse) : t.ref.param.numel;
       bytes += optim::bytes_per_step(n, p, states) + accum * n;
     }
   }

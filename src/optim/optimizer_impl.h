@@ -9,8 +9,8 @@
 #include "optim/device_buffer.h"
 #include "optim/param_index.h"
 #include "optim/precision.h"
-#include "optim/sparse_grad.h"
 #include "optim/rule.h"
+#include "optim/sparse_grad.h"
 #include "optim/step_control.h"
 #include "optim/worker_pool.h"
 
@@ -19,14 +19,19 @@ namespace optfuse {
 struct Optimizer::Impl {
   struct Tensor {
     ParamRef ref;
-    int64_t step = 0;                                  // torch's state['step']
-    std::map<std::string, std::vector<float>> state;  // created lazily at the first step
-    optim::HostState host;                            // the rule's per-tensor host state
+    int64_t step = 0;                                      // torch's state['step']
+    std::map<std::string, std::vector<float>> state;       // created lazily at the first step
+    optim::HostState host;                                 // the rule's per-tensor host state
     std::map<std::string, std::vector<uint16_t>> state16;  // bf16 state (state_dtype "bf16")
     // Device tensors: all their state, f32 and bf16, on the device (state and state16 stay
     // empty). Shared so that copies of a Tensor (set() checks a changed copy) share the memory.
     std::map<std::string, std::shared_ptr<optim::DeviceBuffer>> device;
-    uint32_t stream = 0;  // this tensor's stochastic-rounding stream (precision.h)
+    // Caller-owned state (Optimizer::bind_state / bind_scalar, caller_state.cpp): buffers used
+    // instead of the optimizer's own, and scalars ("step", host state) mirrored in caller memory.
+    std::map<std::string, TensorRef> bound;
+    std::map<std::string, TensorRef> bound_scalars;
+    bool bound_fresh = false;  // the bound buffers are new state for the next update
+    uint32_t stream = 0;       // this tensor's stochastic-rounding stream (precision.h)
     optim::SparseGrad sparse;  // the row-sparse gradient (rules with sparse_grads() only)
     // Gradient centralization applies (GC on and >= 2 dims): its row length, else 0.
     int64_t gc_cols(const Options& options) const {
@@ -82,7 +87,7 @@ struct Optimizer::Impl {
   std::vector<Group> groups;
   optim::ParamIndex params;  // every group's params by address, for set_grad's overlap check
   std::unique_ptr<optim::WorkerPool> pool;  // for small tensors; made at the first step needing it
-  optim::StepControl control;  // clipping, loss scaling, accumulation (step_control.h)
+  optim::StepControl control;               // clipping, loss scaling, accumulation (step_control.h)
 
   static std::string where(size_t group) { return "param group " + std::to_string(group); }
   static std::string where(size_t group, size_t index, const ParamRef& ref);
@@ -90,5 +95,14 @@ struct Optimizer::Impl {
 
 // The group at `group`; Error naming it if there is none.
 Optimizer::Impl::Group& group_at(Optimizer::Impl& impl, size_t group);
+// Binds a group to the kernel for its current structure and dtypes (compiling on first use).
+void resolve_kernel(Optimizer::Impl& impl, Optimizer::Impl::Group& g, size_t group);
+
+namespace optim {
+// The tensor's bound scalars (caller_state.cpp): read into t.step / t.host before its update,
+// written back after it.
+void load_bound_scalars(Optimizer::Impl::Tensor& t);
+void store_bound_scalars(const Optimizer::Impl::Tensor& t);
+}  // namespace optim
 
 }  // namespace optfuse

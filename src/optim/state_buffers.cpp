@@ -46,16 +46,33 @@ Precision group_precision(const Impl::Group& g, size_t group) {
 }
 
 Precision group_precision(const Options& h, const Impl::Group& g, size_t group) {
-  return precision_of(h, g.tensors.size(),
-                      [&](size_t i) -> const ParamRef& { return g.tensors.at(i).ref; }, group);
+  return precision_of(
+      h, g.tensors.size(), [&](size_t i) -> const ParamRef& { return g.tensors.at(i).ref; }, group);
 }
 
+namespace {
+
+// Whether `name` is bound by the caller (Optimizer::bind_state) in the dtype the step needs;
+// Error if bound in another.
+bool bound_as(const Impl::Tensor& t, const std::string& name, DType want, const std::string& who) {
+  auto b = t.bound.find(name);
+  if (b == t.bound.end()) return false;
+  if (b->second.dtype != want)
+    throw Error(who + ": the caller's state '" + name + "' is " +
+                std::string(dtype_name(b->second.dtype)) + " but the step needs " +
+                std::string(dtype_name(want)) + " (state_dtype changed?): bind a new buffer");
+  return true;
+}
+
+}  // namespace
+
 void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
-                std::vector<PendingState>* out) {
+                const std::string& who, std::vector<PendingState>* out) {
   const size_t n = static_cast<size_t>(t.ref.param.numel);
   for (const auto& name : g.state_names) {
     if (name == kGradAccum) continue;  // made by the accumulation micro-steps (step_control.cpp)
     DType want = state_buffer_dtype(name, g.precision);
+    if (bound_as(t, name, want, who)) continue;
     auto f32 = t.state.find(name);
     auto b16 = t.state16.find(name);
     if (want == DType::F32 ? f32 != t.state.end() : b16 != t.state16.end()) continue;
@@ -102,9 +119,11 @@ void plan_device_state(const Impl& impl, const Impl::Group& g, Impl::Tensor& t,
   for (const auto& name : g.state_names) {
     if (name == kGradAccum) continue;  // (accumulation is refused on the device)
     const DType want = state_buffer_dtype(name, g.precision);
+    if (bound_as(t, name, want, who)) continue;
     if (auto it = t.device.find(name); it != t.device.end()) {
       // (bf16 state is refused on the device, so state_dtype cannot have changed.)
-      if (it->second->dtype() != want) internal_error(who + ": device state '" + name + "' changed dtype");
+      if (it->second->dtype() != want)
+        internal_error(who + ": device state '" + name + "' changed dtype");
       continue;
     }
     PendingState p{&t, name, want, {}, {}, nullptr};
@@ -135,6 +154,7 @@ void install(PendingState& p) {
 }
 
 void* state_pointer(Impl::Tensor& t, const std::string& name, DType dtype) {
+  if (auto b = t.bound.find(name); b != t.bound.end()) return b->second.data;
   if (t.ref.param.memory == Memory::Cuda) {
     const DeviceBuffer& b = *t.device.at(name);
     if (b.dtype() != dtype) internal_error("device state '" + name + "' has another dtype");
@@ -147,7 +167,8 @@ void* state_pointer(Impl::Tensor& t, const std::string& name, DType dtype) {
 int64_t bytes_per_step(int64_t numel, const Precision& p, int64_t states) {
   int64_t param = p.has_master() ? 4 + 4 + int64_t(dtype_size(p.param))  // master r+w, param w
                                  : 2 * int64_t(dtype_size(p.param));     // param r+w
-  int64_t per_element = param + int64_t(dtype_size(p.grad)) + 2 * states * int64_t(dtype_size(p.state));
+  int64_t per_element =
+      param + int64_t(dtype_size(p.grad)) + 2 * states * int64_t(dtype_size(p.state));
   return numel * per_element;
 }
 

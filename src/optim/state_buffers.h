@@ -31,8 +31,9 @@ struct PendingState {
 // Appends the buffers `t` lacks for group `g`'s kernel: the master copy from the param's values,
 // rule state filled with its initial value, and state held in the other dtype (state_dtype was
 // changed) converted (RNE to bf16, exact to f32).
-void plan_state(const UpdateRule& rule, const Optimizer::Impl::Group& g,
-                Optimizer::Impl::Tensor& t, std::vector<PendingState>* out);
+// Buffers the caller bound (Optimizer::bind_state) are used as they are; `who` names the tensor.
+void plan_state(const UpdateRule& rule, const Optimizer::Impl::Group& g, Optimizer::Impl::Tensor& t,
+                const std::string& who, std::vector<PendingState>* out);
 // The same for device tensors: buffers allocated in the optimizer's CUDA context and filled with
 // the rule's initial value on the step's stream (no master copies: 16-bit params are refused on
 // the device, device_support.h). Error if a buffer exists in the other dtype.

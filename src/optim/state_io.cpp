@@ -22,9 +22,9 @@
 #include <iterator>
 
 #include "optfuse/error.h"
+#include "optim/device_support.h"
 #include "optim/optimizer_impl.h"
 #include "optim/options.h"
-#include "optim/device_support.h"
 #include "optim/precision.h"
 #include "optim/state_buffers.h"
 
@@ -106,6 +106,11 @@ void load_to_device(void* context, std::vector<std::vector<Optimizer::Impl::Tens
 }  // namespace
 
 void Optimizer::save_state(const std::string& path) const {
+  for (size_t gi = 0; gi < impl_->groups.size(); ++gi)
+    for (size_t ti = 0; ti < impl_->groups[gi].tensors.size(); ++ti)
+      if (!impl_->groups[gi].tensors[ti].bound.empty())
+        throw Error(Impl::where(gi, ti, impl_->groups[gi].tensors[ti].ref) +
+                    ": its state is caller-owned (bind_state): its owner saves it");
   Options header = {{"type", impl_->rule->type()}, {"groups", Options::array()}};
   std::string data;
   // Device state is read as the steps queued so far (on any stream) leave it.
@@ -299,7 +304,8 @@ void Optimizer::load_state(const std::string& path) {
   }
   for (size_t gi = 0; gi < loaded.options.size(); ++gi)  // e.g. a file's "state_dtype": "bf16"
     try {
-      optim::check_device_group(impl_->memory, *impl_->rule, loaded.options[gi], Optimizer::Impl::where(gi));
+      optim::check_device_group(impl_->memory, *impl_->rule, loaded.options[gi],
+                                Optimizer::Impl::where(gi));
     } catch (const Error& e) {
       throw bad(e.what());
     }

@@ -8,7 +8,8 @@ namespace optfuse {
 
 using Impl = Optimizer::Impl;
 
-const std::vector<float>* Optimizer::state(size_t group, size_t index, const std::string& name) const {
+const std::vector<float>* Optimizer::state(size_t group, size_t index,
+                                           const std::string& name) const {
   const Impl::Group& g = group_at(*impl_, group);
   if (index >= g.tensors.size()) return nullptr;
   auto it = g.tensors[index].state.find(name);
@@ -23,7 +24,8 @@ const std::vector<uint16_t>* Optimizer::state_bf16(size_t group, size_t index,
   return it == g.tensors[index].state16.end() ? nullptr : &it->second;
 }
 
-std::vector<float> Optimizer::state_values(size_t group, size_t index, const std::string& name) const {
+std::vector<float> Optimizer::state_values(size_t group, size_t index,
+                                           const std::string& name) const {
   if (TensorRef d = state_ref(group, index, name); d.data && d.memory == Memory::Cuda) {
     auto it = group_at(*impl_, group).tensors[index].device.find(name);
     optim::synchronize(impl_->cuda_context);  // the steps queued on any stream are done
@@ -36,6 +38,9 @@ std::vector<float> Optimizer::state_values(size_t group, size_t index, const std
     it->second->download(bits.data());
     return optim::widen_to_f32(bits.data(), d.dtype, d.numel);
   }
+  if (TensorRef b = state_ref(group, index, name);
+      b.data && group_at(*impl_, group).tensors[index].bound.count(name))
+    return optim::widen_to_f32(b.data, b.dtype, b.numel);
   if (const std::vector<float>* f = state(group, index, name)) return *f;
   if (const std::vector<uint16_t>* b = state_bf16(group, index, name))
     return optim::widen_to_f32(b->data(), DType::BF16, static_cast<int64_t>(b->size()));
@@ -47,7 +52,10 @@ TensorRef Optimizer::state_ref(size_t group, size_t index, const std::string& na
   if (index >= g.tensors.size()) return {};
   const Impl::Tensor& t = g.tensors[index];
   TensorRef r{nullptr, t.ref.param.numel, t.ref.param.shape, DType::F32, impl_->memory};
-  if (auto it = t.device.find(name); it != t.device.end()) {
+  if (auto b = t.bound.find(name); b != t.bound.end()) {
+    r.data = b->second.data;
+    r.dtype = b->second.dtype;
+  } else if (auto it = t.device.find(name); it != t.device.end()) {
     r.data = it->second->data();
     r.dtype = it->second->dtype();
   } else if (auto f = t.state.find(name); f != t.state.end()) {

@@ -1,0 +1,25 @@
+"""optfuse for PyTorch: ``torch.optim`` optimizers whose step is one fused, JIT-compiled pass.
+
+    import optfuse.torch as oft
+    opt = oft.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)   # as torch.optim.AdamW
+    for x, y in data:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+Each class subclasses its ``torch.optim`` namesake: the same constructor, defaults, validation,
+``param_groups`` (schedulers work; changing ``lr`` never recompiles), ``state`` and
+``state_dict()`` layout, so checkpoints move both ways between torch and optfuse. The tensors in
+``optimizer.state[p]`` are the buffers the kernels update in place.
+
+Tensors: CPU float32, bfloat16 or float16 params (16-bit params get an f32 master copy,
+``state[p]["master"]``), contiguous, one dtype per group for params and for grads.
+"""
+from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
+from .optimizers import (LAMB, LARS, SGD, Adagrad, Adam, Adamax, AdamW, Custom, Lion, NAdam,
+                         RAdam, RMSprop, SparseAdam)
+
+__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
+           "SparseAdam", "Lion", "LAMB", "LARS", "Custom", "FusedOptimizer", "STEP_OPTIONS",
+           "EXTRA_GROUP_OPTIONS"]

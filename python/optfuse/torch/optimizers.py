@@ -1,0 +1,256 @@
+"""Drop-in replacements for torch.optim's optimizers, and Lion, LAMB, LARS and custom rules.
+
+Each class below *is* its torch.optim class (a subclass), with torch's constructor, defaults,
+validation messages, ``param_groups``, ``state`` and ``state_dict`` layout; only ``step()`` differs:
+it runs optfuse's fused kernels. Every constructor also takes the keywords in
+``optfuse.torch.STEP_OPTIONS`` (``max_grad_norm=``, ``loss_scale=``, ``accumulation_steps=``, ...),
+and every param group the options in ``EXTRA_GROUP_OPTIONS`` (``state_dtype="bf16"``,
+``grad_centralization=True``, ...).
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any, Iterable, Optional, Union
+
+import torch
+from torch.optim import Optimizer
+
+from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer, _Binding
+
+__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
+           "SparseAdam", "Lion", "LAMB", "LARS", "Custom"]
+
+
+def _drop_in(cls):
+    """Gives `cls` its torch base class's constructor plus the optfuse step keywords."""
+    base = next(c for c in cls.__mro__[1:]
+                if issubclass(c, Optimizer) and not issubclass(c, FusedOptimizer))
+
+    def __init__(self, params, *args, **kwargs):
+        step = {k: kwargs.pop(k) for k in STEP_OPTIONS if k in kwargs}
+        base.__init__(self, params, *args, **kwargs)
+        self._optfuse_setup(step)
+
+    sig = inspect.signature(base.__init__)
+    extra = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None)
+             for k in STEP_OPTIONS]
+    __init__.__signature__ = sig.replace(parameters=list(sig.parameters.values()) + extra)
+    __init__.__doc__ = base.__init__.__doc__
+    cls.__init__ = __init__
+    return cls
+
+
+@_drop_in
+class SGD(FusedOptimizer, torch.optim.SGD):
+    """torch.optim.SGD (momentum, dampening, Nesterov, weight decay, maximize), fused."""
+
+    _optfuse_type = "sgd"
+    _optfuse_scalars = ()  # torch's SGD keeps no step count
+
+
+@_drop_in
+class Adam(FusedOptimizer, torch.optim.Adam):
+    """torch.optim.Adam (AMSGrad, maximize, decoupled_weight_decay), fused."""
+
+    _optfuse_type = "adam"
+
+    def _optfuse_config(self) -> dict:
+        decoupled = {bool(g.get("decoupled_weight_decay", False)) for g in self.param_groups}
+        if len(decoupled) > 1:
+            raise ValueError("Adam: param groups differ in decoupled_weight_decay: optfuse needs "
+                             "one value per optimizer (use two optimizers)")
+        kind = "adamw" if decoupled == {True} else "adam"
+        return {**super()._optfuse_config(), "type": kind}
+
+
+@_drop_in
+class AdamW(FusedOptimizer, torch.optim.AdamW):
+    """torch.optim.AdamW (AMSGrad, maximize), fused: one pass over param, grad and state."""
+
+    _optfuse_type = "adamw"
+
+
+@_drop_in
+class Adagrad(FusedOptimizer, torch.optim.Adagrad):
+    """torch.optim.Adagrad (lr_decay, initial_accumulator_value), fused."""
+
+    _optfuse_type = "adagrad"
+
+
+@_drop_in
+class RMSprop(FusedOptimizer, torch.optim.RMSprop):
+    """torch.optim.RMSprop (centered, momentum), fused."""
+
+    _optfuse_type = "rmsprop"
+
+
+@_drop_in
+class Adamax(FusedOptimizer, torch.optim.Adamax):
+    """torch.optim.Adamax, fused."""
+
+    _optfuse_type = "adamax"
+
+
+@_drop_in
+class NAdam(FusedOptimizer, torch.optim.NAdam):
+    """torch.optim.NAdam (momentum_decay, decoupled_weight_decay), fused.
+
+    ``state[p]["mu_product"]`` is torch's running product; optfuse advances it in double and
+    stores it back in the tensor's dtype (float32) after every step.
+    """
+
+    _optfuse_type = "nadam"
+    _optfuse_scalars = (("step", 0.0), ("mu_product", 1.0))
+
+
+@_drop_in
+class RAdam(FusedOptimizer, torch.optim.RAdam):
+    """torch.optim.RAdam (decoupled_weight_decay), fused; rectification chosen per step."""
+
+    _optfuse_type = "radam"
+
+
+@_drop_in
+class SparseAdam(FusedOptimizer, torch.optim.SparseAdam):
+    """torch.optim.SparseAdam: row-sparse gradients (``nn.Embedding(sparse=True)``), updating
+    only the rows present, at a cost proportional to them."""
+
+    _optfuse_type = "sparseadam"
+    _optfuse_sparse = True
+
+    def _optfuse_dense_grad(self, p, gi, pi):
+        if not p.grad.is_sparse:
+            raise RuntimeError("SparseAdam does not support dense gradients, please consider "
+                               "Adam instead")
+        return None
+
+    def _optfuse_sparse_grads(self, b: _Binding) -> None:
+        for g in b.groups:
+            for k, p in enumerate(g.params):
+                grad = p.grad
+                if not grad.is_sparse:
+                    raise RuntimeError("SparseAdam does not support dense gradients, please "
+                                       "consider Adam instead")
+                grad = grad.coalesce()
+                if grad.sparse_dim() != 1 or grad.dtype != torch.float32:
+                    raise RuntimeError(
+                        f"param group {g.index}, param {g.active[k]}: optfuse's SparseAdam takes "
+                        "float32 gradients sparse in the first dimension only (sparse_dim 1, "
+                        f"as nn.Embedding gives); got sparse_dim {grad.sparse_dim()}, {grad.dtype}")
+                rows = grad.indices()[0].contiguous()
+                values = grad.values().contiguous()
+                b.core.set_sparse_grad(g.cpp, k, rows.data_ptr(), rows.numel(),
+                                       values.data_ptr(), values.numel())
+                # The C++ optimizer reads them at the step: keep them alive until then.
+                g.sparse_keep = (rows, values)
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ValueError(message)
+
+
+def _check_betas(betas) -> None:
+    _check(0.0 <= betas[0] < 1.0, f"Invalid beta parameter at index 0: {betas[0]}")
+    _check(0.0 <= betas[1] < 1.0, f"Invalid beta parameter at index 1: {betas[1]}")
+
+
+class _Extra(FusedOptimizer, Optimizer):
+    """An optimizer torch.optim lacks: torch's base class, validation in torch's wording."""
+
+    def __init__(self, params, defaults: dict, step: dict):
+        Optimizer.__init__(self, params, defaults)
+        self._optfuse_setup(step)
+
+
+class Lion(_Extra):
+    """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"), as lion-pytorch:
+    ``update = sign(lerp(grad, exp_avg, beta1))``, decoupled weight decay, state ``exp_avg``."""
+
+    _optfuse_type = "lion"
+    _optfuse_scalars = ()
+
+    def __init__(self, params, lr: float = 1e-4, betas=(0.9, 0.99), weight_decay: float = 0.0,
+                 **step):
+        _check(0.0 <= lr, f"Invalid learning rate: {lr}")
+        _check_betas(betas)
+        _check(0.0 <= weight_decay, f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay), step)
+
+
+class LAMB(_Extra):
+    """LAMB (You et al. 2020) as apex's FusedLAMB (adam_w_mode): per-tensor trust ratios from
+    norms reduced inside the same kernel. Global gradient clipping is ``max_grad_norm=``."""
+
+    _optfuse_type = "lamb"
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.01, bias_correction: bool = True,
+                 max_trust_ratio: float = 0.0, **step):
+        _check(0.0 <= lr, f"Invalid learning rate: {lr}")
+        _check(0.0 <= eps, f"Invalid epsilon value: {eps}")
+        _check_betas(betas)
+        _check(0.0 <= weight_decay, f"Invalid weight_decay value: {weight_decay}")
+        _check(0.0 <= max_trust_ratio, f"Invalid max_trust_ratio value: {max_trust_ratio}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      bias_correction=bias_correction,
+                                      max_trust_ratio=max_trust_ratio), step)
+
+
+class LARS(_Extra):
+    """LARS (You et al. 2017) as torchlars over SGD: the local lr is
+    ``trust_coefficient * |p| / (|g| + weight_decay * |p| + eps)``, norms reduced in-kernel."""
+
+    _optfuse_type = "lars"
+    _optfuse_scalars = ()
+
+    def __init__(self, params, lr: float = 0.1, momentum: float = 0.9, weight_decay: float = 0.0,
+                 trust_coefficient: float = 0.001, eps: float = 1e-8, **step):
+        _check(0.0 <= lr, f"Invalid learning rate: {lr}")
+        _check(0.0 <= momentum, f"Invalid momentum value: {momentum}")
+        _check(0.0 <= weight_decay, f"Invalid weight_decay value: {weight_decay}")
+        _check(0.0 <= trust_coefficient, f"Invalid trust_coefficient value: {trust_coefficient}")
+        _check(0.0 <= eps, f"Invalid epsilon value: {eps}")
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                      trust_coefficient=trust_coefficient, eps=eps), step)
+
+
+class Custom(_Extra):
+    """An update rule of your own, fused and cached like the built-ins.
+
+    ``rule`` is optfuse's JSON rule form (a dict, a JSON string, or a path to a ``.json`` file):
+    ``{"name": ..., "defaults": {...}, "graph": <docs/graph-json.md>}``. Keywords override the
+    rule's defaults, and every default is a param-group option (schedulers see them)::
+
+        lion = {"name": "lion", "defaults": {"lr": 1e-4, "betas": [0.9, 0.99]}, "graph": {...}}
+        opt = optfuse.torch.Custom(model.parameters(), lion, lr=3e-4)
+
+    The state is ``state[p][name]`` for each state input of the graph, plus ``step``.
+    """
+
+    def __init__(self, params, rule: Union[dict, str], **kwargs):
+        if isinstance(rule, str):
+            text = rule
+            if not rule.lstrip().startswith("{"):
+                with open(rule, encoding="utf-8") as f:
+                    text = f.read()
+            rule = json.loads(text)
+        if not isinstance(rule, dict) or "defaults" not in rule or "graph" not in rule:
+            raise ValueError("Custom: rule must have 'name', 'defaults' and 'graph' "
+                             "(docs/graph-json.md)")
+        step = {k: kwargs.pop(k) for k in STEP_OPTIONS if k in kwargs}
+        unknown = sorted(set(kwargs) - set(rule["defaults"]) - set(EXTRA_GROUP_OPTIONS))
+        if unknown:
+            raise TypeError(f"Custom: unknown option(s) {unknown} for rule "
+                            f"'{rule.get('name', '?')}' (it has {sorted(rule['defaults'])})")
+        self._optfuse_rule = rule
+        defaults = {k: (tuple(v) if isinstance(v, list) else v)
+                    for k, v in {**rule["defaults"], **kwargs}.items()}
+        super().__init__(params, defaults, step)
+
+    def _optfuse_config(self) -> dict:
+        return {"type": "custom", "rule": self._optfuse_rule, **self._optfuse_step_options}
+
+    def _optfuse_group_keys(self) -> list:
+        return list(self._optfuse_rule["defaults"]) + list(EXTRA_GROUP_OPTIONS)

@@ -1,0 +1,120 @@
+// Caller-owned state (Optimizer::state_spec / bind_state / bind_scalar): a framework that keeps
+// the optimizer state itself (the Python package keeps torch's optimizer.state) hands its
+// buffers to the optimizer, which reads and writes them in place instead of its own.
+#include <cmath>
+
+#include "optfuse/error.h"
+#include "optim/grad_prologue.h"
+#include "optim/optimizer_impl.h"
+#include "optim/precision.h"
+
+namespace optfuse {
+
+using Impl = Optimizer::Impl;
+
+namespace {
+
+Impl::Tensor& tensor_at(Impl& impl, size_t group, size_t index) {
+  Impl::Group& g = group_at(impl, group);
+  if (index >= g.tensors.size())
+    throw Error(Impl::where(group) + ": tensor " + std::to_string(index) +
+                " does not exist (there are " + std::to_string(g.tensors.size()) + ")");
+  return g.tensors[index];
+}
+
+}  // namespace
+
+std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group) const {
+  Impl::Group& g = group_at(*impl_, group);
+  resolve_kernel(*impl_, g, group);
+  std::vector<StateSpec> spec;
+  for (const auto& name : g.state_names) {
+    if (name == optim::kGradAccum) continue;  // the accumulation buffer is the optimizer's own
+    spec.push_back({name, optim::state_buffer_dtype(name, g.precision),
+                    impl_->rule->initial_state_value(g.options, name),
+                    name == optim::kMasterState});
+  }
+  return spec;
+}
+
+void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
+                           const TensorRef& buffer, bool fresh) {
+  Impl::Tensor& t = tensor_at(*impl_, group, index);
+  const std::string who = Impl::where(group, index, t.ref) + ": state '" + name + "'";
+  std::vector<StateSpec> spec = state_spec(group);
+  std::string known;
+  const StateSpec* s = nullptr;
+  for (const auto& e : spec) {
+    known += (known.empty() ? "" : ", ") + e.name;
+    if (e.name == name) s = &e;
+  }
+  if (!s) throw Error(who + ": this group's step has no such state (it has: " + known + ")");
+  if (!buffer.data) throw Error(who + ": null buffer");
+  if (buffer.numel != t.ref.param.numel)
+    throw Error(who + ": buffer has " + std::to_string(buffer.numel) + " elements but param has " +
+                std::to_string(t.ref.param.numel));
+  if (buffer.dtype != s->dtype)
+    throw Error(who + ": buffer dtype " + std::string(dtype_name(buffer.dtype)) +
+                " but the state is " + std::string(dtype_name(s->dtype)));
+  if (buffer.memory != impl_->memory)
+    throw Error(who + ": buffer in " + memory_name(buffer.memory) +
+                " memory but the params are in " + memory_name(impl_->memory) + " memory");
+  t.state.erase(name);
+  t.state16.erase(name);
+  t.device.erase(name);
+  t.bound[name] = buffer;
+  t.bound_fresh = t.bound_fresh || fresh;
+  t.epoch = 0;  // the next step looks its state buffers up again
+}
+
+void Optimizer::bind_scalar(size_t group, size_t index, const std::string& name,
+                            const TensorRef& value) {
+  Impl::Tensor& t = tensor_at(*impl_, group, index);
+  const std::string who = Impl::where(group, index, t.ref) + ": scalar '" + name + "'";
+  const optim::HostState host = impl_->rule->initial_host_state();
+  if (name != "step" && !host.count(name)) {
+    std::string known = "step";
+    for (const auto& [n, v] : host) known += ", " + n;
+    throw Error(who + ": " + type() + " keeps no such per-tensor scalar (it has: " + known + ")");
+  }
+  if (!value.data || value.numel != 1 || value.memory != Memory::Host ||
+      (value.dtype != DType::F32 && value.dtype != DType::F64))
+    throw Error(who + ": needs one f32 or f64 element in host memory");
+  t.bound_scalars[name] = value;
+}
+
+namespace optim {
+
+namespace {
+
+double read(const TensorRef& r) {
+  return r.dtype == DType::F64 ? *static_cast<const double*>(r.data)
+                               : static_cast<double>(*static_cast<const float*>(r.data));
+}
+
+void write(const TensorRef& r, double v) {
+  if (r.dtype == DType::F64)
+    *static_cast<double*>(r.data) = v;
+  else
+    *static_cast<float*>(r.data) = static_cast<float>(v);
+}
+
+}  // namespace
+
+void load_bound_scalars(Impl::Tensor& t) {
+  for (const auto& [name, ref] : t.bound_scalars) {
+    if (name == "step")
+      t.step = static_cast<int64_t>(std::llround(read(ref)));
+    else
+      t.host[name] = read(ref);
+  }
+}
+
+void store_bound_scalars(const Impl::Tensor& t) {
+  for (const auto& [name, ref] : t.bound_scalars)
+    write(ref, name == "step" ? static_cast<double>(t.step) : t.host.at(name));
+}
+
+}  // namespace optim
+
+}  // namespace optfuse
