@@ -338,6 +338,30 @@ TEST_F(TunedEngine, DatabaseForAnotherTargetOrMissingIsIgnoredBrokenIsAnError) {
   }
 }
 
+TEST(ScheduleDb, TargetDistanceCountsFeaturesAndRefusesOtherKinds) {
+  EXPECT_EQ(schedule_target_distance("x86-64-linux-avx-avx2", "x86-64-linux-avx2-avx"), 0);
+  EXPECT_EQ(schedule_target_distance("x86-64-linux-avx-avx2-avx512", "x86-64-linux-avx-avx2"), 1);
+  EXPECT_EQ(schedule_target_distance("x86-64-linux-avx", "x86-64-linux-avx2-fma"), 3);
+  EXPECT_EQ(schedule_target_distance("x86-64-linux-avx2", "arm-64-linux"), -1);
+  EXPECT_EQ(schedule_target_distance("x86-64-linux-avx2", "x86-64-osx-avx2"), -1);
+  EXPECT_EQ(schedule_target_distance("x86-64-linux-avx2-cuda", "x86-64-linux-avx2"), -1);
+  EXPECT_EQ(schedule_target_distance("other", "x86-64-linux"), -1);
+}
+
+// A machine class with no database of its own gets the nearest sibling's (e.g. an AMD Zen 4,
+// which lacks one Sapphire Rapids feature, the AVX-512 database), never another architecture's.
+TEST_F(TunedEngine, NearestClassIsUsedWhenThisTargetHasNoDatabase) {
+  fs::rename(dir_ + "/" + target_ + ".json", dir_ + "/" + target_ + "-avx512_fake.json");
+  ScheduleDb arm("arm-64-linux");
+  arm.put(entry(hash_, 4096, cpu(4)));
+  arm.save(dir_ + "/arm-64-linux.json");
+  EXPECT_EQ(schedule_db_file(dir_, target_), dir_ + "/" + target_ + "-avx512_fake.json");
+  EXPECT_EQ(Engine(options()).tuned_schedules(), 2u);
+  fs::remove(dir_ + "/" + target_ + "-avx512_fake.json");
+  EXPECT_EQ(schedule_db_file(dir_, target_), "");
+  EXPECT_EQ(Engine(options()).tuned_schedules(), 0u);
+}
+
 TEST(ScheduleSpace, CpuAndGpuDimensions) {
   std::string cpu_target = testing::shared_engine().target_string();
   auto space = schedule_space(cpu_target);

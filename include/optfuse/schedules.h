@@ -3,9 +3,9 @@
 // by `optfuse tune` (one JSON file per target, `schedules/<target>.json`) and read by the engine.
 //
 //   EngineOptions eo;
-//   eo.schedule_db = "schedules";             // a directory (<dir>/<resolved target>.json) or a file
-//   Engine engine(eo);
-//   auto k = engine.kernel(graph, n);         // the tuned schedule nearest n elements, else default
+//   eo.schedule_db = "schedules";             // a directory (<dir>/<resolved target>.json) or a
+//   file Engine engine(eo); auto k = engine.kernel(graph, n);         // the tuned schedule nearest
+//   n elements, else default
 //
 // Sizes: each entry was measured at `n` elements per tensor (the tuner measures a cache-resident
 // size and one far past the last-level cache). A call of n elements uses the entry whose measured
@@ -28,16 +28,16 @@
 namespace optfuse {
 
 struct TunedSchedule {
-  std::string graph;       // structural hash (hex) of the canonical graph
-  std::string name;        // the graph's name, for readers only
-  int64_t n = 0;           // elements per tensor it was measured at
-  std::string size_class;  // "cache" (fits the last-level cache) or "memory", for readers only
-  Schedule schedule;       // resolved for the database's target
-  double gbps = 0;         // measured with `schedule`
-  double default_gbps = 0; // measured with the default schedule, interleaved
-  double ratio = 1;        // median of paired default/tuned times
-  int threads = 0;         // worker threads it was measured with
-  std::string date;        // UTC, YYYY-MM-DD
+  std::string graph;        // structural hash (hex) of the canonical graph
+  std::string name;         // the graph's name, for readers only
+  int64_t n = 0;            // elements per tensor it was measured at
+  std::string size_class;   // "cache" (fits the last-level cache) or "memory", for readers only
+  Schedule schedule;        // resolved for the database's target
+  double gbps = 0;          // measured with `schedule`
+  double default_gbps = 0;  // measured with the default schedule, interleaved
+  double ratio = 1;         // median of paired default/tuned times
+  int threads = 0;          // worker threads it was measured with
+  std::string date;         // UTC, YYYY-MM-DD
 };
 
 class ScheduleDb {
@@ -67,10 +67,15 @@ class ScheduleDb {
   std::vector<TunedSchedule> entries_;
 };
 
-// The database file for `resolved_target` named by `path`: `path` itself if it is a file,
-// `<path>/<resolved_target>.json` if it is a directory (which may not exist: then ""), "" if
-// `path` is "".
+// The database file for `resolved_target` named by `path`: `path` itself if it is a file; if it
+// is a directory, its `<target>.json` nearest to `resolved_target` (the exact one, else the one
+// with the fewest CPU features not in common, same architecture and OS: schedules tuned on a
+// sibling machine class beat defaults tuned for none; "" if there is none); "" if `path` is "".
 std::string schedule_db_file(const std::string& path, const std::string& resolved_target);
+// How far apart two machine classes are for tuned schedules: the number of features one target
+// string has and the other lacks, or -1 when schedules of one do not apply to the other
+// (another architecture or OS, or a GPU target against a CPU one).
+int schedule_target_distance(const std::string& a, const std::string& b);
 
 // Where tools look when not told: $OPTFUSE_SCHEDULES (a file or directory) if set, else
 // `fallback_dir` (e.g. the repository's schedules/). The result is for EngineOptions::schedule_db.

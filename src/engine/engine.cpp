@@ -105,15 +105,20 @@ struct Engine::Impl {
     return obj;
   }
 
-  ObjectInfo runtime_info() const { return {"runtime", "halide-runtime", target, "halide-runtime"}; }
+  ObjectInfo runtime_info() const {
+    return {"runtime", "halide-runtime", target, "halide-runtime"};
+  }
 
   std::vector<char> runtime_locked(bool* found) {
-    return object(engine_detail::runtime_key(target), runtime_info(), [&] {
-      bool compiled = false;
-      auto obj = runtime_object(target, &compiled);
-      if (compiled) ++counters.runtime_compiles;
-      return *obj;
-    }, found);
+    return object(
+        engine_detail::runtime_key(target), runtime_info(),
+        [&] {
+          bool compiled = false;
+          auto obj = runtime_object(target, &compiled);
+          if (compiled) ++counters.runtime_compiles;
+          return *obj;
+        },
+        found);
   }
 
   jit::Session& session_locked() {
@@ -135,15 +140,16 @@ Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
   // Here, not at the first kernel() or step: a CUDA engine without a device fails early, clearly.
   if (!options.compile_only && jit::target_uses_cuda(impl_->target)) {
     jit::require_cuda_device(impl_->target);
-    if (!options.cuda_context) options.cuda_context = jit::cuda_primary_context(options.cuda_device);
+    if (!options.cuda_context)
+      options.cuda_context = jit::cuda_primary_context(options.cuda_device);
   }
   impl_->options = std::move(options);
   if (std::string file = schedule_db_file(impl_->options.schedule_db, impl_->target);
       !file.empty()) {
     ScheduleDb db = ScheduleDb::load(file);
-    // A database for another target has nothing for this engine (its schedules were measured
-    // elsewhere), so it is ignored rather than misapplied.
-    if (db.target() == impl_->target) impl_->db = std::move(db);
+    // A database for another architecture, OS or device has nothing for this engine, so it is
+    // ignored rather than misapplied; one for a sibling CPU class (schedule_db_file) applies.
+    if (schedule_target_distance(db.target(), impl_->target) >= 0) impl_->db = std::move(db);
   }
   if (!impl_->options.cache_dir.empty()) {
     CacheOptions co;
@@ -187,17 +193,21 @@ std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const
   KernelSignature sig = lower::signature(canonical);
   ObjectInfo info{"kernel", name, target, signature_text(sig)};
   bool found = false;
-  std::vector<char> obj = object(key, info, [&] {
-    std::vector<char> compiled = jit::compile_kernel_object(canonical, resolved, target, fn_name);
-    ++counters.compiles;
-    return compiled;
-  }, &found);
+  std::vector<char> obj = object(
+      key, info,
+      [&] {
+        std::vector<char> compiled =
+            jit::compile_kernel_object(canonical, resolved, target, fn_name);
+        ++counters.compiles;
+        return compiled;
+      },
+      &found);
   // After the kernel compiled: a graph or target that cannot be lowered fails before the ~0.8 s
   // runtime compile.
   jit::ArgvFn fn = session_locked().load_kernel(obj, fn_name);
-  auto kernel = std::make_shared<KernelImpl>(std::move(sig), key, name, resolved, session, fn,
-                                             session->cuda_device_interface(),
-                                             options.cuda_context);
+  auto kernel =
+      std::make_shared<KernelImpl>(std::move(sig), key, name, resolved, session, fn,
+                                   session->cuda_device_interface(), options.cuda_context);
   table.emplace(key, kernel);
   return kernel;
 }
@@ -224,12 +234,15 @@ bool Engine::Impl::precompile(const Graph& canonical, const std::string& name,
   }
   ObjectInfo info{"kernel", name, target, signature_text(lower::signature(canonical))};
   bool found = false;
-  object(key, info, [&] {
-    std::vector<char> compiled =
-        jit::compile_kernel_object(canonical, resolved, target, "optfuse_" + key);
-    ++counters.compiles;
-    return compiled;
-  }, &found);
+  object(
+      key, info,
+      [&] {
+        std::vector<char> compiled =
+            jit::compile_kernel_object(canonical, resolved, target, "optfuse_" + key);
+        ++counters.compiles;
+        return compiled;
+      },
+      &found);
   precompiled.emplace(key, true);
   return found;
 }

@@ -1,5 +1,9 @@
 #include "jit/halide_bridge.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <Halide.h>
 #include <llvm/Config/llvm-config.h>
 #include <stdlib.h>
@@ -68,8 +72,32 @@ auto halide_call(const std::string& what, F&& f) {
 
 }  // namespace
 
+namespace {
+
+// Whether the CPU has AVX512-FP16 (CPUID leaf 7, EDX bit 23).
+bool host_has_avx512_fp16() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 23 & 1u);
+#else
+  return false;
+#endif
+}
+
+// Halide 14 calls any CPU with AVX512-BF16 a Sapphire Rapids, and LLVM's "sapphirerapids" CPU
+// then has AVX512-FP16, which AMD Zen 4 (AVX512-BF16, no FP16) lacks: its f16 conversions
+// became vcvtps2phx and died of SIGILL there. Such a CPU gets the Cannon Lake level instead.
+Halide::Target host_target() {
+  Halide::Target t = Halide::get_host_target();
+  if (t.has_feature(Halide::Target::AVX512_SapphireRapids) && !host_has_avx512_fp16())
+    t = t.without_feature(Halide::Target::AVX512_SapphireRapids);
+  return t;
+}
+
+}  // namespace
+
 std::string resolve_target(const std::string& target) {
-  if (target == "host") return Halide::get_host_target().to_string();
+  if (target == "host") return host_target().to_string();
   if (!Halide::Target::validate_target_string(target))
     throw Error("unknown target \"" + target +
                 "\": expected \"host\" or a Halide target string "

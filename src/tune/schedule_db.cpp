@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "cache/fs.h"
 #include "optfuse/error.h"
@@ -172,12 +175,46 @@ const TunedSchedule* ScheduleDb::find(const std::string& graph, int64_t n) const
   return best;
 }
 
+int schedule_target_distance(const std::string& a, const std::string& b) {
+  auto split = [](const std::string& t) {
+    std::vector<std::string> parts;
+    std::stringstream in(t);
+    for (std::string p; std::getline(in, p, '-');) parts.push_back(p);
+    return parts;
+  };
+  std::vector<std::string> x = split(a), y = split(b);
+  if (x.size() < 3 || y.size() < 3 || !std::equal(x.begin(), x.begin() + 3, y.begin())) return -1;
+  std::sort(x.begin() + 3, x.end());
+  std::sort(y.begin() + 3, y.end());
+  std::vector<std::string> diff;
+  std::set_symmetric_difference(x.begin() + 3, x.end(), y.begin() + 3, y.end(),
+                                std::back_inserter(diff));
+  for (const auto& f : diff)  // a GPU target's schedules say nothing about a CPU's, and back
+    if (f == "cuda" || f.rfind("cuda_capability", 0) == 0 || f == "opencl" || f == "metal")
+      return -1;
+  return static_cast<int>(diff.size());
+}
+
 std::string schedule_db_file(const std::string& path, const std::string& resolved_target) {
   if (path.empty()) return "";
   if (!is_directory(path)) return path;
-  std::string file = path + (path.back() == '/' ? "" : "/") + resolved_target + ".json";
-  struct stat st {};
-  return ::stat(file.c_str(), &st) == 0 ? file : "";
+  const std::string dir = path + (path.back() == '/' ? "" : "/");
+  std::string best;
+  int best_distance = -1;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != ".json" || !entry.is_regular_file(ec)) continue;
+    const std::string name = entry.path().stem().string();
+    const int d = schedule_target_distance(name, resolved_target);
+    // Nearest class first; among equals the name order, so the choice never depends on the
+    // order the directory lists its files in.
+    if (d >= 0 && (best_distance < 0 || d < best_distance ||
+                   (d == best_distance && entry.path().string() < best))) {
+      best = entry.path().string();
+      best_distance = d;
+    }
+  }
+  return best;
 }
 
 std::string default_schedule_db(const std::string& fallback_dir) {

@@ -22,6 +22,14 @@ __all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAd
            "SparseAdam", "Lion", "LAMB", "LARS", "Custom"]
 
 
+def _set_group_defaults(opt: Optimizer, options: dict) -> None:
+    """Constructor keywords for every group (groups that set them keep theirs)."""
+    for k, v in options.items():
+        opt.defaults[k] = v
+        for g in opt.param_groups:
+            g.setdefault(k, v)
+
+
 def _drop_in(cls):
     """Gives `cls` its torch base class's constructor plus the optfuse step keywords."""
     base = next(c for c in cls.__mro__[1:]
@@ -29,12 +37,14 @@ def _drop_in(cls):
 
     def __init__(self, params, *args, **kwargs):
         step = {k: kwargs.pop(k) for k in STEP_OPTIONS if k in kwargs}
+        group = {k: kwargs.pop(k) for k in EXTRA_GROUP_OPTIONS if k in kwargs}
         base.__init__(self, params, *args, **kwargs)
+        _set_group_defaults(self, group)
         self._optfuse_setup(step)
 
     sig = inspect.signature(base.__init__)
     extra = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None)
-             for k in STEP_OPTIONS]
+             for k in STEP_OPTIONS + EXTRA_GROUP_OPTIONS]
     __init__.__signature__ = sig.replace(parameters=list(sig.parameters.values()) + extra)
     __init__.__doc__ = base.__init__.__doc__
     cls.__init__ = __init__
@@ -160,7 +170,12 @@ class _Extra(FusedOptimizer, Optimizer):
     """An optimizer torch.optim lacks: torch's base class, validation in torch's wording."""
 
     def __init__(self, params, defaults: dict, step: dict):
+        group = {k: step.pop(k) for k in EXTRA_GROUP_OPTIONS if k in step}
+        unknown = sorted(set(step) - set(STEP_OPTIONS))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) {unknown}")
         Optimizer.__init__(self, params, defaults)
+        _set_group_defaults(self, group)
         self._optfuse_setup(step)
 
 
@@ -239,8 +254,8 @@ class Custom(_Extra):
         if not isinstance(rule, dict) or "defaults" not in rule or "graph" not in rule:
             raise ValueError("Custom: rule must have 'name', 'defaults' and 'graph' "
                              "(docs/graph-json.md)")
-        step = {k: kwargs.pop(k) for k in STEP_OPTIONS if k in kwargs}
-        unknown = sorted(set(kwargs) - set(rule["defaults"]) - set(EXTRA_GROUP_OPTIONS))
+        step = {k: kwargs.pop(k) for k in STEP_OPTIONS + EXTRA_GROUP_OPTIONS if k in kwargs}
+        unknown = sorted(set(kwargs) - set(rule["defaults"]))
         if unknown:
             raise TypeError(f"Custom: unknown option(s) {unknown} for rule "
                             f"'{rule.get('name', '?')}' (it has {sorted(rule['defaults'])})")

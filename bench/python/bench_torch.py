@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""optfuse.torch.AdamW against torch.optim.AdamW (fused / foreach / torch.compile) and DeepSpeed's
+CPU Adam, with a 4-read-3-write memory ceiling over the same tensors (issue 14, item 8).
+
+Everything runs in ONE process. Per case, every contender gets its own params and state (the two
+gradient sets are shared, read-only) and runs --steps timed steps per round; the contenders take
+turns within a round (order rotated each round), and each figure is the median over rounds of the
+round's median step. Before every step the params get the other gradient set, as
+zero_grad(set_to_none=True) + backward gives new gradient tensors each step (optfuse rebinds).
+
+Bytes model (GB/s column): AdamW moves 4 reads + 3 writes of 4 bytes = 28 B/element (p, g, m, v
+read; p, m, v written). bf16 params with f32 master: master, grad (bf16), m, v read, master, m, v,
+param (bf16) written = 4+2+4+4 + 4+4+4+2 = 28 B/element too. The ceiling is optfuse's own 4r3w
+kernel (p' = p+g, m' = m+g, v' = v+g, f32, as tools/bandwidth.h) as an optfuse.torch.Custom rule
+over the same tensor list, same engine, threads and per-tensor calls, timed through its C++ step.
+"share" = ceiling time / contender time over the same elements; "x optfuse" = time / optfuse's.
+"""
+from __future__ import annotations
+
+import argparse, contextlib, gc, io, json, os, platform, re, statistics, subprocess, sys, tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import optfuse
+import optfuse.torch as oft
+from optfuse import _core
+
+ROOT = Path(__file__).resolve().parents[2]
+HP = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)   # gpt2-small.json's AdamW
+CEILING_RULE = {"name": "ceiling_4r3w", "defaults": {"lr": 0.0}, "graph": {
+    "name": "ceiling_4r3w",
+    "inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad"},
+               {"name": "exp_avg", "role": "state"}, {"name": "exp_avg_sq", "role": "state"}],
+    "nodes": [{"id": "p1", "op": "add", "args": ["p", "g"]},
+              {"id": "m1", "op": "add", "args": ["exp_avg", "g"]},
+              {"id": "v1", "op": "add", "args": ["exp_avg_sq", "g"]}],
+    "outputs": {"p": "p1", "exp_avg": "m1", "exp_avg_sq": "v1"}}}
+
+
+# ---- cases -------------------------------------------------------------------------------------
+def gpt2_shapes(scale: int):
+    """(shape, decays) per tensor of examples/specs/gpt2-small.json, every dim divided by `scale`."""
+    spec = json.loads((ROOT / "examples/specs/gpt2-small.json").read_text())
+    no_decay = re.compile(spec["param_groups"][0]["match"])
+    return [([max(1, d // scale) for d in t["shape"]], not no_decay.search(t["name"]))
+            for t in spec["parameters"]]
+
+
+def make_cases(a):
+    q = a.quick
+    gpt = gpt2_shapes(8 if q else 1)
+    cases = {
+        "gpt2": ("GPT-2 small" + (" (dims / 8)" if q else ""), gpt, torch.float32),
+        "small": (f"1000 x 1K", [([1024], True)] * 1000, torch.float32),
+        "flat20": ("flat 2^16" if q else "flat 2^20", [([1 << (16 if q else 20)], True)],
+                   torch.float32),
+        "flat24": ("flat 2^20" if q else "flat 2^24", [([1 << (20 if q else 24)], True)],
+                   torch.float32),
+        "gpt2-bf16": ("GPT-2 small bf16" + (" (dims / 8)" if q else ""), gpt, torch.bfloat16),
+    }
+    return {k: v for k, v in cases.items() if k in a.cases}
+
+
+def groups_of(params, decays):
+    """Two param groups as the spec's: decay 0.1, and none on biases / layer norms / wpe."""
+    gs = [{"params": [p for p, d in zip(params, decays) if d]},
+          {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0}]
+    return [g for g in gs if g["params"]]
+
+
+class Entry:
+    """One timed thing: `run()` is timed, `before()` (not timed) rebinds gradients."""
+
+    def __init__(self, name, run, before=None, role="main", note="", keep=None):
+        self.name, self.run, self.before, self.role, self.note = name, run, before, role, note
+        self.keep = keep   # what owns the memory a raw C++ step writes (the torch optimizer)
+        self.rounds: list[float] = []   # median step time of each round, seconds
+        self.setup_s = None
+
+
+def build_entries(a, shapes, dtype, log):
+    torch.manual_seed(0)
+    decays = [d for _, d in shapes]
+    base = [torch.randn(s).mul_(0.02).to(dtype) for s, _ in shapes]
+    grads = [[torch.randn(s).mul_(1e-3).to(dtype) for s, _ in shapes] for _ in range(2)]
+    def fresh(dt=dtype):
+        return [torch.nn.Parameter(b.to(dt, copy=True)) for b in base]
+
+    def rebinder(params, gsets=grads):
+        turn = [0]
+
+        def before():
+            turn[0] ^= 1
+            for p, g in zip(params, gsets[turn[0]]):
+                p.grad = g
+        return before
+
+    entries = []
+    # optfuse: opt.step() with new gradients and with the same ones, and the C++ step under it.
+    ps = fresh()
+    opt = oft.AdamW(groups_of(ps, decays), **HP)
+    rebinder(ps)(); opt.step()
+    entries.append(Entry("optfuse.torch.AdamW", opt.step, rebinder(ps)))
+    entries.append(Entry("optfuse C++ set_grads + step", *raw_step(opt, ps, grads),
+                         role="overhead", keep=opt))
+    entries.append(Entry("optfuse opt.step(), same grads", opt.step, role="overhead"))
+    entries.append(Entry("optfuse C++ step, same grads", opt._optfuse_binding.core.step,
+                         role="overhead", keep=opt))
+    # The 4r3w ceiling in f32 over the same element counts, gradients swapped as above.
+    cps = fresh(torch.float32)
+    cg = [[g.float() for g in gs] for gs in grads] if dtype != torch.float32 else grads
+    ceil = oft.Custom(cps, CEILING_RULE)
+    rebinder(cps, cg)(); ceil.step()
+    entries.append(Entry("ceiling 4r3w (optfuse kernel)", *raw_step(ceil, cps, cg),
+                         role="ceiling", keep=(ceil, cg)))
+    # torch.optim.AdamW in each implementation that takes these params.
+    for flag in ("fused", "foreach"):
+        tp = fresh()
+        t_opt = torch.optim.AdamW(groups_of(tp, decays), **HP, **{flag: True})
+        entries.append(Entry(f"torch AdamW {flag}=True", t_opt.step, rebinder(tp),
+                             note="bf16 state, no master" if dtype != torch.float32 else ""))
+    if dtype != torch.float32:   # torch with an f32 master copy, as AMP-style trainers do it
+        tp, masters = fresh(), fresh(torch.float32)
+        mg = [torch.empty_like(m) for m in masters]
+        for m, g in zip(masters, mg):
+            m.grad = g
+        m_opt = torch.optim.AdamW(groups_of(masters, decays), **HP, fused=True)
+
+        @torch.no_grad()
+        def master_step(tp=tp, masters=masters, mg=mg, m_opt=m_opt):
+            torch._foreach_copy_(mg, [p.grad for p in tp])
+            m_opt.step()
+            torch._foreach_copy_(tp, masters)
+        entries.append(Entry("torch fused, f32 master + casts", master_step, rebinder(tp),
+                             note="+12 B/elt of casts"))
+    if a.compile_ok and dtype == torch.float32:
+        tp = fresh()
+        c_opt = torch.optim.AdamW(groups_of(tp, decays), **{**HP, "lr": torch.tensor(HP["lr"])})
+        compiled = torch.compile(c_opt.step)
+        rebinder(tp)()
+        log("  torch.compile: compiling the step ...")
+        t0 = time.perf_counter()
+        compiled()
+        e = Entry("torch.compile(AdamW.step)", compiled, rebinder(tp))
+        e.setup_s = time.perf_counter() - t0
+        log(f"  torch.compile: first call {e.setup_s:.1f} s")
+        entries.append(e)
+    if not a.no_deepspeed:
+        e = deepspeed_entry(fresh(), decays, rebinder, log)
+        entries.append(e)
+    return entries
+
+
+def raw_step(opt, params, gsets):
+    """(run, before): the C++ step under optfuse optimizer `opt`, the gradients alternating
+    between `gsets` by core.set_grads with addresses computed beforehand: what opt.step() does
+    with new gradients, without its Python checks."""
+    b = opt._optfuse_binding
+    index = {id(p): i for i, p in enumerate(params)}
+    ptrs = [[(g.cpp, [gs[index[id(p)]].data_ptr() for p in g.params]) for g in b.groups]
+            for gs in gsets]
+    turn = [0]
+
+    def before():
+        turn[0] ^= 1
+
+    def run(core=b.core):
+        for cpp, addresses in ptrs[turn[0]]:
+            core.set_grads(cpp, addresses)
+        core.step()
+    return run, before
+
+
+_DS = {}
+
+
+def deepspeed_entry(ps, decays, rebinder, log):
+    """DeepSpeedCPUAdam (AdamW mode) when deepspeed imports and its op builds; else a note."""
+    try:
+        if "cls" not in _DS:
+            t0 = time.perf_counter()
+            with contextlib.redirect_stdout(io.StringIO()):
+                from deepspeed.ops.adam import DeepSpeedCPUAdam
+                DeepSpeedCPUAdam([torch.nn.Parameter(torch.zeros(8))])   # builds the op
+            _DS.update(cls=DeepSpeedCPUAdam, build=time.perf_counter() - t0)
+            log(f"  deepspeed: CPU Adam op ready in {_DS['build']:.1f} s")
+        with contextlib.redirect_stdout(io.StringIO()):
+            opt = _DS["cls"](groups_of(ps, decays), **HP, adamw_mode=True)
+            rebinder(ps)(); opt.step()
+        e = Entry("DeepSpeedCPUAdam", opt.step, rebinder(ps), note="" if ps[0].dtype ==
+                  torch.float32 else "f32 state, bf16 params updated directly, no master")
+        e.setup_s = _DS["build"]
+        return e
+    except Exception as ex:   # not installed, op build failed, dtype refused, ...
+        msg = f"{type(ex).__name__}: {str(ex).splitlines()[0][:80] if str(ex) else ''}"
+        log(f"  deepspeed unavailable: {msg}")
+        return Entry("DeepSpeedCPUAdam", None, role="unavailable", note=msg)
+
+
+def time_case(a, entries, log):
+    live = [e for e in entries if e.run is not None]
+    for e in live:                      # warm-up
+        for _ in range(a.warmup):
+            if e.before: e.before()
+            e.run()
+    for r in range(a.rounds):
+        k = r % len(live)
+        for e in live[k:] + live[:k]:
+            for _ in range(a.turn_warmup):   # untimed: wakes this contender's threads
+                if e.before: e.before()
+                e.run()
+            ts = []
+            for _ in range(a.steps):
+                if e.before: e.before()
+                t0 = time.perf_counter()
+                e.run()
+                ts.append(time.perf_counter() - t0)
+            e.rounds.append(statistics.median(ts))
+        log(f"  round {r + 1}/{a.rounds} done")
+
+
+def summarize(entries, n_elems, n_tensors):
+    med = {e.name: statistics.median(e.rounds) for e in entries if e.rounds}
+    ceil = next((med[e.name] for e in entries if e.role == "ceiling"), None)
+    ours = med.get("optfuse.torch.AdamW")
+    rows = []
+    for e in entries:
+        row = {"name": e.name, "role": e.role, "note": e.note, "setup_s": e.setup_s}
+        if e.name in med:
+            t = med[e.name]
+            row.update(ms=t * 1e3, min_ms=min(e.rounds) * 1e3, rounds_ms=[x * 1e3 for x in e.rounds],
+                       gbps=28 * n_elems / t / 1e9, share=ceil / t if ceil else None,
+                       x_optfuse=t / ours if ours else None)
+        rows.append(row)
+    by = {e.name: e for e in entries}
+    over = {}
+    if "optfuse C++ step, same grads" in by and by["optfuse.torch.AdamW"].rounds:
+        for key, py, cpp in (("rebound", "optfuse.torch.AdamW", "optfuse C++ set_grads + step"),
+                             ("same_grads", "optfuse opt.step(), same grads",
+                              "optfuse C++ step, same grads")):
+            d = statistics.median(x - c for x, c in zip(by[py].rounds, by[cpp].rounds))
+            over[key + "_ms"] = d * 1e3   # paired by round
+            over[key + "_us_per_tensor"] = d * 1e6 / n_tensors
+            over[key + "_cpp_ms"] = med[cpp] * 1e3
+        over["cpp_share"] = ceil / med["optfuse C++ set_grads + step"] if ceil else None
+    torch_rows = [r for r in rows if r["name"].startswith("torch") and "ms" in r]
+    best = min(torch_rows, key=lambda r: r["ms"]) if torch_rows else None
+    return {"rows": rows, "overhead": over, "best_torch": best and best["name"],
+            "optfuse_vs_best_torch": best["ms"] / (ours * 1e3) if best and ours else None}
+
+
+# ---- start-up, binding overhead ----------------------------------------------------------------
+STARTUP = r"""
+import json, sys, time, torch
+ps = [torch.nn.Parameter(torch.randn(1 << 16)) for _ in range(16)]
+for p in ps: p.grad = torch.randn_like(p)
+t0 = time.perf_counter()
+if sys.argv[1] == "torch":
+    t1 = t0
+    opt = torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.1, fused=True)
+else:
+    import optfuse, optfuse.torch as oft
+    t1 = time.perf_counter()
+    opt = oft.AdamW(ps, lr=1e-3, weight_decay=0.1)
+t2 = time.perf_counter()
+opt.step()
+t3 = time.perf_counter()
+c = optfuse.engine().counters() if sys.argv[1] != "torch" else {}
+print(json.dumps({"s": t3 - t0, "import_s": t1 - t0, "ctor_s": t2 - t1, "step_s": t3 - t2, **c}))
+"""
+
+
+def startup(a, log):
+    """Import optfuse.torch -> first AdamW step done (16 x 64K, torch imported before), fresh
+    processes: cold = empty OPTFUSE_CACHE_DIR, warm = the same directory again; and the same
+    for torch.optim.AdamW(fused=True) (its constructor imports torch._dynamo the first time)."""
+    out = {"cold": [], "warm": [], "torch": []}
+    for i in range(a.startup_runs):
+        with tempfile.TemporaryDirectory(prefix="optfuse-bench-cache-") as d:
+            env = {**os.environ, "OPTFUSE_CACHE_DIR": d}
+            for kind in ("cold", "warm", "torch"):
+                p = subprocess.run([sys.executable, "-c", STARTUP, kind], env=env,
+                                   capture_output=True, text=True, timeout=600)
+                if p.returncode:
+                    raise RuntimeError(f"start-up subprocess failed: {p.stderr[-500:]}")
+                out[kind].append(json.loads(p.stdout.strip().splitlines()[-1]))
+        log(f"  start-up run {i + 1}: " + ", ".join(f"{k} {v[-1]['s']:.3f} s"
+                                                    for k, v in out.items()))
+    return out
+
+
+def noop_cost(a):
+    """ns per call of optfuse._core.noop(0) (nanobind), and of an empty Python function."""
+    def py_noop(x):
+        pass
+    res = {}
+    for name, f in (("optfuse._core.noop", _core.noop), ("python def", py_noop)):
+        n, per = 200_000 if not a.quick else 20_000, []
+        for _ in range(a.rounds):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f(0)
+            per.append((time.perf_counter() - t0) / n * 1e9)
+        res[name] = statistics.median(per)
+    return res
+
+
+# ---- output ------------------------------------------------------------------------------------
+def machine():
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"^model name\s*:\s*(.*)$", info, re.M)
+    flags = re.search(r"^flags\s*:\s*(.*)$", info, re.M)
+    return {"cpu": model.group(1).strip() if model else platform.processor(),
+            "avx512f": bool(flags and "avx512f" in flags.group(1).split()),
+            "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads":
+            torch.get_num_threads(), "optfuse": optfuse.__version__,
+            "optfuse_threads": optfuse.engine().threads, "target": optfuse.engine().target,
+            "python": platform.python_version(), "loadavg_start": os.getloadavg()[0]}
+
+
+def fmt(v, spec, none="-"):
+    return none if v is None else format(v, spec)
+
+
+def markdown(res):
+    m, a = res["machine"], res["args"]
+    L = [f"# optfuse.torch vs torch.optim AdamW{' — smoke test' if a['quick'] else ''}", "",
+         f"CPU: {m['cpu']} ({m['cores']} cores, avx512f: {'yes' if m['avx512f'] else 'no'}); "
+         f"torch {m['torch']} ({m['torch_threads']} threads); optfuse {m['optfuse']} "
+         f"({m['optfuse_threads']} threads, target {m['target']}); Python {m['python']}.",
+         f"Load average (1 min) at start / end: {m['loadavg_start']:.1f} / "
+         f"{m['loadavg_end']:.1f}" + (" — the machine was busy: threads wait for cores, so "
+         "multi-threaded torch ops pay scheduler delays" if m['loadavg_start'] > 0.5 * m['cores']
+         else "") + ".",
+         f"{a['rounds']} interleaved rounds x {a['steps']} steps (+{a['turn_warmup']} untimed "
+         f"per turn), median of round medians. "
+         "GB/s at 28 B/element; share = 4r3w ceiling time / time; x optfuse = time / optfuse "
+         "time (> 1: optfuse is faster).", ""]
+    for key, c in res["cases"].items():
+        L += [f"## {c['label']}: {c['tensors']} tensors, {c['elements'] / 1e6:.2f} M elements "
+              f"({c['dtype']})", "", "| contender | ms / step | min | GB/s | share | x optfuse "
+              "| note |", "|---|---:|---:|---:|---:|---:|---|"]
+        for r in c["rows"]:
+            if r["role"] == "overhead":
+                continue
+            note = r["note"] or ""
+            if r["setup_s"] is not None:
+                what = "compile (first call)" if "compile" in r["name"] else "op load / build"
+                note = (note + "; " if note else "") + f"{what} {r['setup_s']:.1f} s"
+            L.append(f"| {r['name']} | {fmt(r.get('ms'), '.3f', 'n/a')} | "
+                     f"{fmt(r.get('min_ms'), '.3f')} | {fmt(r.get('gbps'), '.1f')} | "
+                     f"{fmt(r.get('share'), '.2f')} | {fmt(r.get('x_optfuse'), '.2f')} | {note} |")
+        o = c["overhead"]
+        L.append("")
+        if c["best_torch"]:
+            L.append(f"optfuse's speed-up over the best torch ({c['best_torch']}): "
+                     f"**{c['optfuse_vs_best_torch']:.2f}x** (< 1: torch is faster).")
+        if o:
+            L.append(f"Python step over the C++ step (same binding, paired per round): "
+                     f"{o['rebound_ms']:+.3f} ms ({o['rebound_us_per_tensor']:+.2f} us/tensor) "
+                     f"with new gradients (C++ `set_grads` + `step()`: {o['rebound_cpp_ms']:.3f} "
+                     f"ms, share {fmt(o['cpp_share'], '.2f')}), {o['same_grads_ms']:+.3f} ms "
+                     f"({o['same_grads_us_per_tensor']:+.2f} us/tensor) with the same ones "
+                     f"(C++ `step()`: {o['same_grads_cpp_ms']:.3f} ms).")
+        L.append("")
+    if res.get("startup"):
+        s = res["startup"]
+        med = {k: {f: statistics.median(x[f] for x in v) for f in ("s", "import_s", "ctor_s",
+                                                                    "step_s")}
+               for k, v in s.items()}
+        L += ["## Start-up: `import optfuse.torch` to first AdamW step done (16 x 64K)", "",
+              f"Fresh processes (torch imported first), {len(s['cold'])} run(s), medians, "
+              "seconds. The constructor's time is torch's first `Optimizer.__init__` "
+              "(it imports torch._dynamo); optfuse's kernels are compiled or loaded in the "
+              "first step.", "", "| | total | import | constructor | first step | compiled |",
+              "|---|---:|---:|---:|---:|---|"]
+        for k, label in (("cold", "optfuse, empty cache"), ("warm", "optfuse, warm cache"),
+                         ("torch", "torch.optim.AdamW(fused=True)")):
+            m, x = med[k], s[k][0]
+            comp = (f"{x['compiles']} kernels + {x['runtime_compiles']} runtime, "
+                    f"{x['disk_hits']} from disk") if "compiles" in x else ""
+            L.append(f"| {label} | {m['s']:.3f} | {m['import_s']:.3f} | {m['ctor_s']:.3f} | "
+                     f"{m['step_s']:.3f} | {comp} |")
+        L.append("")
+    if res.get("noop"):
+        n = res["noop"]
+        L += ["## Binding per-call cost", "", f"`optfuse._core.noop(0)`: "
+              f"**{n['optfuse._core.noop']:.0f} ns** per call (an empty Python function: "
+              f"{n['python def']:.0f} ns).", ""]
+    return "\n".join(L)
+
+
+def plot(res, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cases = list(res["cases"].values())
+    names = sorted({r["name"] for c in cases for r in c["rows"]
+                    if r["role"] in ("main",) and r.get("share")},
+                   key=lambda n: (not n.startswith("optfuse"), n))
+    fig, ax = plt.subplots(figsize=(11, 5))
+    w = 0.8 / max(1, len(names))
+    for i, n in enumerate(names):
+        ys = [next((r.get("share") or 0 for r in c["rows"] if r["name"] == n), 0) for c in cases]
+        ax.bar([k + i * w for k in range(len(cases))], ys, w, label=n)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xticks([k + 0.4 - w / 2 for k in range(len(cases))], [c["label"] for c in cases])
+    ax.set_ylabel("share of the 4r3w ceiling (ceiling time / step time)")
+    m = res["machine"]
+    ax.set_title(("SMOKE TEST — " if res["args"]["quick"] else "") + f"AdamW step on {m['cpu']} "
+                 f"(avx512f {'yes' if m['avx512f'] else 'no'}), torch {m['torch']}, "
+                 f"{m['torch_threads']} threads", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke test: small sizes, few rounds")
+    ap.add_argument("--cases", default="gpt2,small,flat20,flat24,gpt2-bf16",
+                    help="comma list of gpt2, small, flat20, flat24, gpt2-bf16, startup, noop "
+                    "(default: all; startup and noop always run unless --cases names others)")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 3)")
+    ap.add_argument("--steps", type=int, help="timed steps per contender per round (3, quick 2)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per contender (2)")
+    ap.add_argument("--turn-warmup", type=int, default=1,
+                    help="untimed steps at the start of each contender's turn in a round (1)")
+    ap.add_argument("--compile", default="gpt2,flat20,flat24", metavar="CASES",
+                    help="cases with a torch.compile'd step (default gpt2,flat20,flat24; "
+                    "GPT-2 compiles ~95 s, 'small' 10+ minutes)")
+    ap.add_argument("--no-compile", action="store_true", help="no torch.compile at all")
+    ap.add_argument("--no-deepspeed", action="store_true", help="skip DeepSpeedCPUAdam")
+    ap.add_argument("--startup-runs", type=int, help="cold + warm process pairs (3, quick 1)")
+    ap.add_argument("--out-md"), ap.add_argument("--out-json"), ap.add_argument("--out-png")
+    a = ap.parse_args()
+    a.rounds = a.rounds or (3 if a.quick else 7)
+    a.steps = a.steps or (2 if a.quick else 3)
+    a.startup_runs = a.startup_runs or (1 if a.quick else 3)
+    asked = a.cases.split(",")
+    a.cases = asked + (["startup", "noop"] if a.cases == ap.get_default("cases") else [])
+    log = lambda s: print(s, file=sys.stderr, flush=True)
+    res = {"machine": machine(), "args": vars(a).copy(), "cases": {}}
+    for key, (label, shapes, dtype) in make_cases(a).items():
+        a.compile_ok = not a.no_compile and key in a.compile.split(",")
+        n_elems = sum(torch.Size(s).numel() for s, _ in shapes)
+        log(f"{label}: {len(shapes)} tensors, {n_elems / 1e6:.2f} M elements, {dtype}")
+        entries = build_entries(a, shapes, dtype, log)
+        time_case(a, entries, log)
+        res["cases"][key] = {"label": label, "tensors": len(shapes), "elements": n_elems,
+                             "dtype": str(dtype).replace("torch.", ""),
+                             **summarize(entries, n_elems, len(shapes))}
+        del entries
+        torch._dynamo.reset()   # compiled code holds the case's params
+        gc.collect()
+    if "startup" in a.cases:
+        log("start-up (subprocesses) ...")
+        res["startup"] = startup(a, log)
+    if "noop" in a.cases:
+        res["noop"] = noop_cost(a)
+    res["engine_counters"] = optfuse.engine().counters()
+    res["machine"]["loadavg_end"] = os.getloadavg()[0]
+    md = markdown(res)
+    print(md)
+    if a.out_md:
+        Path(a.out_md).write_text(md + "\n")
+    if a.out_json:
+        Path(a.out_json).write_text(json.dumps(res, indent=1, default=str) + "\n")
+    if a.out_png:
+        try:
+            plot(res, a.out_png)
+        except ImportError as ex:
+            log(f"no plot: {ex}")
+
+
+if __name__ == "__main__":
+    main()

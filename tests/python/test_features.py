@@ -1,0 +1,196 @@
+"""torch.optim behaviour user code relies on, and optfuse's fused step features, each checked
+against torch doing the same thing (bounds as in test_trajectories.py unless stated)."""
+import pytest
+import torch
+
+import optfuse.torch as oft
+from conftest import grad_for, make_params, max_abs, run
+
+
+def pair(p0):
+    return ([p.clone().requires_grad_() for p in p0], [p.clone().requires_grad_() for p in p0])
+
+
+def test_params_without_grad_are_skipped_as_torch_skips_them():
+    p0 = make_params()
+    ref, ours = pair(p0)
+    a, b = torch.optim.AdamW(ref, lr=1e-2), oft.AdamW(ours, lr=1e-2)
+    for step in range(30):
+        for k, (r, o) in enumerate(zip(ref, ours)):
+            has = not (k == 1 and step < 10) and not (k == 3 and step % 3 == 0)
+            r.grad = grad_for(r, step, k) if has else None
+            o.grad = grad_for(o, step, k) if has else None
+        a.step()
+        b.step()
+        if step == 5:
+            assert ours[1] not in b.state or not b.state[ours[1]]
+            assert torch.equal(ours[1], p0[1])
+    assert max_abs(ours, ref) < 2e-5
+    assert b.state[ours[3]]["step"].item() == a.state[ref[3]]["step"].item() == 20
+
+
+def test_add_param_group_mid_run():
+    p0 = make_params()
+    ref, ours = pair(p0)
+    a = torch.optim.SGD(ref[:2], lr=1e-2, momentum=0.9)
+    b = oft.SGD(ours[:2], lr=1e-2, momentum=0.9)
+    for step in range(20):
+        if step == 10:
+            a.add_param_group({"params": ref[2:], "lr": 5e-3})
+            b.add_param_group({"params": ours[2:], "lr": 5e-3})
+        n = 2 if step < 10 else len(p0)
+        for k in range(n):
+            ref[k].grad = grad_for(ref[k], step, k)
+            ours[k].grad = grad_for(ours[k], step, k)
+        a.step()
+        b.step()
+    assert max_abs(ours, ref) < 2e-5
+
+
+def test_step_hooks_fire():
+    p = torch.randn(10, requires_grad=True)
+    opt = oft.Adam([p])
+    seen = []
+    opt.register_step_pre_hook(lambda o, args, kwargs: seen.append("pre"))
+    opt.register_step_post_hook(lambda o, args, kwargs: seen.append("post"))
+    p.grad = torch.ones(10)
+    opt.step()
+    assert seen == ["pre", "post"]
+
+
+def test_max_grad_norm_is_clip_grad_norm_then_step():
+    p0 = make_params()
+    ref, ours = pair(p0)
+    a = torch.optim.AdamW(ref, lr=1e-2)
+    b = oft.AdamW(ours, lr=1e-2, max_grad_norm=1.0)
+    for step in range(30):
+        for k, (r, o) in enumerate(zip(ref, ours)):
+            r.grad = grad_for(r, step, k)
+            o.grad = grad_for(o, step, k)
+        norm = torch.nn.utils.clip_grad_norm_(ref, 1.0)
+        a.step()
+        b.step()
+        # The norm is summed in double by optfuse, in float32 by torch: relative 1e-5.
+        assert b.last_step["total_norm"] == pytest.approx(norm.item(), rel=1e-5)
+    assert max_abs(ours, ref) < 2e-5
+
+
+def test_gradient_accumulation_is_the_mean_of_the_micro_batches():
+    p0 = make_params()
+    ref, ours = pair(p0)
+    a = torch.optim.Adam(ref, lr=1e-2)
+    b = oft.Adam(ours, lr=1e-2, accumulation_steps=4)
+    for step in range(40):
+        for k, (r, o) in enumerate(zip(ref, ours)):
+            g = grad_for(r, step, k)
+            r.grad = g / 4 if r.grad is None else r.grad + g / 4
+            o.grad = grad_for(o, step, k) if step % 4 != 3 else g.clone()
+        b.step()
+        if step % 4 == 3:
+            a.step()
+            a.zero_grad()
+            assert b.last_step["outcome"] == "applied"
+        else:
+            assert b.last_step["outcome"] == "accumulated"
+    # (the grads of one cycle depend on the params of its start in both runs)
+    assert max_abs(ours, ref) < 2e-5
+
+
+def test_dynamic_loss_scaling_skips_a_step_with_inf_and_changes_nothing():
+    p = torch.randn(100, requires_grad=True)
+    opt = oft.AdamW([p], lr=1e-2, loss_scale="dynamic", init_scale=1024.0)
+    assert opt.loss_scale == 1024.0
+    p.grad = torch.full((100,), 1024.0)
+    opt.step()
+    before = p.detach().clone()
+    state = {k: v.clone() for k, v in opt.state[p].items()}
+    p.grad = torch.full((100,), float("inf"))
+    opt.step()
+    assert opt.last_step["outcome"] == "skipped_nonfinite"
+    assert torch.equal(p, before)
+    assert all(torch.equal(v, opt.state[p][k]) for k, v in state.items())
+    assert opt.loss_scale == 512.0
+
+
+def test_grad_scaler_step_and_unscale_work_as_with_torch():
+    torch.manual_seed(0)
+    model_a = torch.nn.Linear(16, 4)
+    model_b = torch.nn.Linear(16, 4)
+    model_b.load_state_dict(model_a.state_dict())
+    a = torch.optim.AdamW(model_a.parameters(), lr=1e-2)
+    b = oft.AdamW(model_b.parameters(), lr=1e-2)
+    sa = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    sb = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    x = torch.randn(32, 16)
+    for step in range(20):
+        for model, opt, scaler in ((model_a, a, sa), (model_b, b, sb)):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean() * (1e36 if step == 7 else 1.0)  # step 7 overflows
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+    assert sa.get_scale() == sb.get_scale() < 2.0 ** 10
+    assert max_abs(list(model_b.parameters()), list(model_a.parameters())) < 2e-5
+
+
+def test_grad_centralization_matches_its_definition():
+    """GC (Yong et al. 2020): g - mean(g over all dims but the first), for tensors of >= 2 dims."""
+    p0 = make_params()
+    ref, ours = pair(p0)
+    a = torch.optim.SGD(ref, lr=1e-2, momentum=0.9)
+    b = oft.SGD(ours, lr=1e-2, momentum=0.9, grad_centralization=True)
+    for step in range(20):
+        for k, (r, o) in enumerate(zip(ref, ours)):
+            g = grad_for(r, step, k)
+            if g.dim() >= 2:
+                g = g - g.mean(dim=tuple(range(1, g.dim())), keepdim=True)
+            r.grad = g
+            o.grad = grad_for(o, step, k)
+        a.step()
+        b.step()
+    assert max_abs(ours, ref) < 2e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_params_follow_an_f32_master_copy(dtype):
+    """The reference is torch.optim.AdamW on an f32 copy, cast to the 16-bit dtype after every
+    step. Both roundings are round-to-nearest-even of f32 values within the f32 bound above, so
+    the 16-bit params agree except where the two masters straddle a rounding boundary: allow
+    one 16-bit ulp (|p| < 4: 2^-5 for bf16 on values < 4, far less for f16)."""
+    p0 = make_params(dtype=dtype)
+    master = [p.float().requires_grad_() for p in p0]
+    ours = [p.clone().requires_grad_() for p in p0]
+    a, b = torch.optim.AdamW(master, lr=1e-2), oft.AdamW(ours, lr=1e-2)
+    for step in range(30):
+        for k, (m, o) in enumerate(zip(master, ours)):
+            g = grad_for(o, step, k)
+            m.grad = g.float()
+            o.grad = g
+        a.step()
+        b.step()
+    assert max_abs([b.state[o]["master"] for o in ours], master) < 2e-5
+    assert all(o.dtype == dtype for o in ours)
+    assert max_abs(ours, [m.detach().to(dtype) for m in master]) <= 2 ** -5
+    # The param is the master rounded once (same master bits -> same 16-bit bits).
+    assert all(torch.equal(o, b.state[o]["master"].to(dtype)) for o in ours)
+
+
+def test_bf16_state():
+    p0 = make_params()
+    ref, ours = pair(p0)
+    a = torch.optim.AdamW(ref, lr=1e-2)
+    b = oft.AdamW(ours, lr=1e-2, **{})
+    for g in b.param_groups:
+        g["state_dtype"] = "bf16"
+    for step in range(30):
+        for k, (r, o) in enumerate(zip(ref, ours)):
+            r.grad = grad_for(r, step, k)
+            o.grad = grad_for(o, step, k)
+        a.step()
+        b.step()
+    assert b.state[ours[0]]["exp_avg"].dtype == torch.bfloat16
+    # bf16 moments (8 significant bits) change each update by up to 2^-9 relative: 30 steps
+    # of lr 1e-2 stay within 30 * 1e-2 * 2 * 2^-8.
+    assert max_abs(ours, ref) < 30 * 1e-2 * 2 * 2 ** -8
