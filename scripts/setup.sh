@@ -10,6 +10,7 @@ PACKAGES=(
   zlib1g-dev                      # LLVM's CMake package config asks for ZLIB
   libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3-venv python3-dev        # the Python package (scripts/python_setup.sh)
 )
 
 missing=()

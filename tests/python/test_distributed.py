@@ -1,0 +1,69 @@
+"""optfuse under torch.distributed: ZeroRedundancyOptimizer (ZeRO-1 state sharding) with
+optfuse.torch.AdamW as its local optimizer, on gloo with 2 and 4 processes.
+
+Every rank computes its own gradients; they are averaged with all_reduce (as DDP does), each rank
+updates its 1/N shard of the params with optfuse's fused step and keeps only that shard's
+state, and ZeRO broadcasts the updated shards. The result must equal one process running
+torch.optim.AdamW on the averaged gradients, within the float32 bound of test_trajectories.py
+(the all_reduce sums in its own order: the gradients differ by rounding).
+"""
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from conftest import grad_for, make_params, max_abs
+
+STEPS = 20
+
+
+def rank_grads(p, step, k, world):
+    return [grad_for(p, step * 97 + r, k) for r in range(world)]
+
+
+def worker(rank, world, init_file, out_file):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    import optfuse.torch as oft
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    torch.set_num_threads(1)
+    ps = [p.clone().requires_grad_() for p in make_params()]
+    opt = ZeroRedundancyOptimizer(ps, optimizer_class=oft.AdamW, lr=1e-2, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=STEPS)
+    for step in range(STEPS):
+        for k, p in enumerate(ps):
+            g = rank_grads(p, step, k, world)[rank]
+            dist.all_reduce(g)
+            p.grad = g / world
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    local_state = sum(len(s) for s in opt.optim.state.values())
+    if rank == 0:
+        torch.save({"params": [p.detach() for p in ps], "local_state": local_state}, out_file)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_zero_redundancy_optimizer_with_optfuse_adamw(world):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out.pt")
+        mp.spawn(worker, args=(world, os.path.join(d, "init"), out), nprocs=world, join=True)
+        got = torch.load(out)
+    ref = [p.clone().requires_grad_() for p in make_params()]
+    opt = torch.optim.AdamW(ref, lr=1e-2, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=STEPS)
+    for step in range(STEPS):
+        for k, p in enumerate(ref):
+            p.grad = torch.stack(rank_grads(p, step, k, world)).sum(0) / world
+        opt.step()
+        sched.step()
+    assert max_abs(got["params"], ref) < 2e-5
+    assert max_abs(got["params"], make_params()) > 1e-3
+    # ZeRO-1: rank 0 holds the state of its shard only (3 entries per param: step, m, v).
+    assert 0 < got["local_state"] < 3 * len(ref)
