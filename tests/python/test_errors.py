@@ -71,14 +71,25 @@ def unchanged(ps, opt, snap):
         torch.equal(v, opt.state[p][k]) for p in ps for k, v in state[id(p)].items())
 
 
-def test_a_param_whose_storage_moved_is_named_and_nothing_changes():
+def test_a_param_whose_storage_moved_is_followed_as_torch_follows_it():
     ps, opt = stepped()
     with torch.no_grad():
         ps[1].data = ps[1].data.clone()  # a new storage under the same Parameter
-    snap = snapshot(ps, opt)
-    with pytest.raises(RuntimeError, match=r"param group 0, param 1 .*storage moved"):
+    before = ps[1].detach().clone()
+    opt.step()
+    assert not torch.equal(ps[1], before)  # the new storage was updated
+    assert opt.state[ps[1]]["step"].item() == 2
+
+
+def test_a_resized_param_is_named_and_nothing_changes():
+    ps, opt = stepped()
+    with torch.no_grad():
+        ps[0].data = torch.zeros(50)
+    ps[0].grad = torch.ones(50)
+    snap = snapshot(ps[1:], opt)
+    with pytest.raises(RuntimeError, match=r"param group 0, param 0 .*was resized"):
         opt.step()
-    assert unchanged(ps, opt, snap)
+    assert unchanged(ps[1:], opt, snap) and torch.equal(ps[0], torch.zeros(50))
 
 
 def test_bad_gradients_are_named_and_nothing_changes():

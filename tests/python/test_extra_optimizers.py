@@ -94,14 +94,14 @@ def test_sparse_adam_matches_torch_on_an_embedding():
     initial = ea.weight.detach().clone()
     a, b = torch.optim.SparseAdam(ea.parameters(), lr=1e-2), oft.SparseAdam(eb.parameters(), lr=1e-2)
     for step in range(STEPS):
-        idx = torch.randint(0, 50, (16,), generator=torch.Generator().manual_seed(step))
+        idx = torch.randint(0, 40, (16,), generator=torch.Generator().manual_seed(step))
         for emb, opt in ((ea, a), (eb, b)):
             opt.zero_grad()
             emb(idx).pow(2).sum().backward()
             opt.step()
     assert max_abs(list(eb.parameters()), list(ea.parameters())) < 2e-5
     moved = (eb.weight.detach() != initial).any(dim=1)
-    assert 0 < moved.sum() < 50  # rows never sampled keep their values, as in torch
+    assert 0 < moved.sum() <= 40  # rows 40.. are never sampled: they keep their values
     assert torch.equal(moved, (ea.weight.detach() != initial).any(dim=1))
 
 

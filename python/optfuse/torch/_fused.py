@@ -232,6 +232,9 @@ class FusedOptimizer:
         b = self._optfuse_current_binding()
         if b is None:
             return loss
+        if any([self._optfuse_params_moved(g) for g in b.groups]):
+            self._optfuse_binding = None
+            b = self._optfuse_current_binding()
         self._optfuse_sparse_grads(b)
         for g in b.groups:
             self._optfuse_sync_group(b, g)
@@ -290,28 +293,41 @@ class FusedOptimizer:
                     raise ValueError(f"{_name(gi, pi, p)}: is not contiguous (strides "
                                      f"{p.stride()}); optfuse updates params in place")
 
+    @staticmethod
+    def _optfuse_params_moved(g: _Group) -> bool:
+        """Whether a param's storage moved since it was bound (``p.data = ...``: torch follows
+        the Parameter, and so does the next binding); a resized param is an error, before any
+        kernel runs (its state no longer fits)."""
+        params = g.params
+        if [p.data_ptr() for p in params] == g.ptrs:
+            if [p.numel() for p in params] == g.numels:
+                return False
+        for k, p in enumerate(params):
+            if p.numel() != g.numels[k]:
+                raise RuntimeError(
+                    f"{_name(g.index, g.active[k], p)}: was resized since its state was made "
+                    f"({g.numels[k]} elements then); nothing was updated")
+        return True
+
     def _optfuse_sync_group(self, b: _Binding, g: _Group) -> None:
         group = self.param_groups[g.index]
         params = g.params
         gi = g.index
-        # Params: the storage the kernel writes must be the one bound.
-        ptrs = g.ptrs
-        numels = g.numels
-        for k, p in enumerate(params):
-            if p.data_ptr() != ptrs[k] or p.numel() != numels[k]:
-                raise RuntimeError(
-                    f"{_name(gi, g.active[k], p)}: its storage moved or was resized since it was "
-                    "bound (e.g. p.data = ... or resize_()); nothing was updated. Make a new "
-                    "optimizer, or call add_param_group")
         # Gradients: rebind those that moved (checked first: a failing step changes nothing).
         if not self._optfuse_sparse:
+            # (torch's .grad setter and autograd already give the param's shape and device.)
             gd = g.grad_dtype
             grads = [p.grad for p in params]
-            for k, gr in enumerate(grads):
-                p = params[k]
-                if gr.dtype != gd or gr.shape != p.shape or gr.device != p.device or \
-                        gr.is_sparse or not gr.is_contiguous():
-                    self._optfuse_bad_grad(gi, g.active[k], p, gr, gd)
+            try:
+                ok = all(gr.dtype is gd and gr.is_contiguous() for gr in grads)
+            except RuntimeError:  # a sparse gradient has no is_contiguous
+                ok = False
+            if not ok:
+                for k, gr in enumerate(grads):
+                    p = params[k]
+                    if gr.dtype != gd or gr.shape != p.shape or gr.device != p.device or \
+                            gr.is_sparse or not gr.is_contiguous():
+                        self._optfuse_bad_grad(gi, g.active[k], p, gr, gd)
             b.core.set_grads(g.cpp, [gr.data_ptr() for gr in grads])
         # Hyperparameters: those that changed since the last step.
         synced = g.synced
