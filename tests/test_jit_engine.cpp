@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "engine/kernel_impl.h"
@@ -136,6 +138,28 @@ TEST(Engine, ExplicitTargetString) {
   Engine e(o);
   EXPECT_EQ(e.target_string(), "x86-64-linux-avx2");
   EXPECT_EQ(Engine().target_string().rfind("x86-64-linux", 0), 0u);
+}
+
+// $OPTFUSE_HOST_TARGET replaces "host", also leading ("host-cuda"), so a suite runs as another
+// machine would; the previous value is restored, as the whole suite may run under one.
+TEST(Engine, HostTargetFromTheEnvironment) {
+  const char* was = std::getenv("OPTFUSE_HOST_TARGET");
+  const std::string saved = was ? was : "";
+  ::setenv("OPTFUSE_HOST_TARGET", "x86-64-linux-avx-avx2-f16c-fma-sse41", 1);
+  EXPECT_EQ(Engine().target_string(), "x86-64-linux-avx-avx2-f16c-fma-sse41");
+  EngineOptions o;
+  o.target = "host-cuda";
+  o.compile_only = true;
+  EXPECT_EQ(Engine(o).target_string(), "x86-64-linux-avx-avx2-cuda-f16c-fma-sse41");
+  o.target = "x86-64-linux-sse41";  // only "host" is replaced
+  EXPECT_EQ(Engine(o).target_string(), "x86-64-linux-sse41");
+  ::setenv("OPTFUSE_HOST_TARGET", "not-a-target", 1);
+  EXPECT_THAT([] { Engine e; },
+              ::testing::ThrowsMessage<Error>(HasSubstr("OPTFUSE_HOST_TARGET=\"not-a-target\"")));
+  if (was)
+    ::setenv("OPTFUSE_HOST_TARGET", saved.c_str(), 1);
+  else
+    ::unsetenv("OPTFUSE_HOST_TARGET");
 }
 
 TEST(Engine, NonCudaGpuTargetIsAClearError) {

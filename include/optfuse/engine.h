@@ -70,10 +70,10 @@ struct KernelSignature {
     std::string name;
     DType dtype;  // the value's dtype in the graph; returned converted to double
   };
-  std::vector<TensorArg> inputs;    // canonical order
-  std::vector<ScalarArg> scalars;   // canonical order
-  std::vector<OutputArg> outputs;   // canonical order
-  std::vector<ResultArg> results;   // sorted by name
+  std::vector<TensorArg> inputs;   // canonical order
+  std::vector<ScalarArg> scalars;  // canonical order
+  std::vector<OutputArg> outputs;  // canonical order
+  std::vector<ResultArg> results;  // sorted by name
   // The graph has per-row reductions (row_sum, row_mean, ...): calls give KernelCall::cols.
   bool per_row = false;
   // The graph has whole-tensor reductions (reduce_sum, ...): one call reduces at most 2^30
@@ -115,8 +115,8 @@ class Kernel {
  public:
   virtual ~Kernel() = default;
   virtual const KernelSignature& signature() const = 0;
-  virtual const std::string& key() const = 0;   // hex key (graph hash + schedule + target)
-  virtual const std::string& name() const = 0;  // the graph's name, for messages
+  virtual const std::string& key() const = 0;    // hex key (graph hash + schedule + target)
+  virtual const std::string& name() const = 0;   // the graph's name, for messages
   virtual const Schedule& schedule() const = 0;  // the resolved schedule it was compiled with
   // Runs the kernel. Checks pointer count, n >= 0, and KernelCall::device against the target (and
   // the alignment of device pointers); data validity is the caller's contract.
@@ -124,9 +124,13 @@ class Kernel {
 };
 
 struct EngineOptions {
-  std::string target = "host";  // "host" or any Halide target string, e.g. "x86-64-linux-avx2"
-  int num_threads = 0;          // worker threads for kernels; 0 = hardware concurrency
-  Schedule schedule;            // default schedule (CPU or GPU fields by target)
+  // "host" or any Halide target string, e.g. "x86-64-linux-avx2". "host", also leading as in
+  // "host-cuda", means this CPU's features, or $OPTFUSE_HOST_TARGET when set and not empty (an
+  // Error if it is no target string): a program or test suite then runs as another x86 machine
+  // would, e.g. OPTFUSE_HOST_TARGET=x86-64-linux-avx-avx2-f16c-fma-sse41 on an AVX-512 CPU.
+  std::string target = "host";
+  int num_threads = 0;  // worker threads for kernels; 0 = hardware concurrency
+  Schedule schedule;    // default schedule (CPU or GPU fields by target)
   // Persistent compile cache (include/optfuse/cache.h): "" = none (memory only); otherwise a
   // directory, e.g. optfuse::default_cache_dir(). Lookups go memory -> disk -> compile.
   std::string cache_dir;
@@ -149,11 +153,11 @@ struct EngineOptions {
 };
 
 struct EngineCounters {
-  int64_t compiles = 0;        // kernels compiled by Halide in this engine
-  int64_t lookups = 0;         // kernel() calls
-  int64_t hits = 0;            // kernel() calls answered from the in-memory table
-  double compile_seconds = 0;  // time spent compiling kernels and the runtime
-  int64_t disk_hits = 0;       // objects (kernels or runtime) answered by the object store
+  int64_t compiles = 0;          // kernels compiled by Halide in this engine
+  int64_t lookups = 0;           // kernel() calls
+  int64_t hits = 0;              // kernel() calls answered from the in-memory table
+  double compile_seconds = 0;    // time spent compiling kernels and the runtime
+  int64_t disk_hits = 0;         // objects (kernels or runtime) answered by the object store
   int64_t runtime_compiles = 0;  // Halide runtimes compiled by this engine (0 when cached)
 };
 

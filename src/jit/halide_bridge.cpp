@@ -1,13 +1,14 @@
 #include "jit/halide_bridge.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include <Halide.h>
 #include <llvm/Config/llvm-config.h>
 #include <stdlib.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -70,39 +71,44 @@ auto halide_call(const std::string& what, F&& f) {
   }
 }
 
-}  // namespace
-
-namespace {
-
-// Whether the CPU has AVX512-FP16 (CPUID leaf 7, EDX bit 23).
-bool host_has_avx512_fp16() {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 23 & 1u);
-#else
-  return false;
-#endif
-}
-
-// Halide 14 calls any CPU with AVX512-BF16 a Sapphire Rapids, and LLVM's "sapphirerapids" CPU
-// then has AVX512-FP16, which AMD Zen 4 (AVX512-BF16, no FP16) lacks: its f16 conversions
-// became vcvtps2phx and died of SIGILL there. Such a CPU gets the Cannon Lake level instead.
+// This CPU's Halide target. Halide 14 says avx512_sapphirerapids for any CPU with AVX512-VNNI and
+// AVX512-BF16, and LLVM then compiles for -mcpu=sapphirerapids, which also uses AVX512-FP16 and
+// AVX-VNNI: on AMD Zen 4 (neither) f16 kernels died of SIGILL on vcvtph2psx. Without both, the
+// feature is dropped (avx512_cannonlake stays: Zen 4 has all of it).
 Halide::Target host_target() {
   Halide::Target t = Halide::get_host_target();
-  if (t.has_feature(Halide::Target::AVX512_SapphireRapids) && !host_has_avx512_fp16())
-    t = t.without_feature(Halide::Target::AVX512_SapphireRapids);
+#if defined(__x86_64__) || defined(__i386__)
+  if (t.has_feature(Halide::Target::AVX512_SapphireRapids)) {
+    unsigned a, b, c, d;
+    bool fp16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 23));
+    bool avx_vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+    if (!fp16 || !avx_vnni) t = t.without_feature(Halide::Target::AVX512_SapphireRapids);
+  }
+#endif
   return t;
 }
 
 }  // namespace
 
 std::string resolve_target(const std::string& target) {
-  if (target == "host") return host_target().to_string();
-  if (!Halide::Target::validate_target_string(target))
+  // A leading "host" (alone or as in "host-cuda") is $OPTFUSE_HOST_TARGET when set, else this
+  // CPU's target; features after it are added by Halide's parser.
+  std::string t = target;
+  if (t == "host" || t.rfind("host-", 0) == 0) {
+    const char* forced = std::getenv("OPTFUSE_HOST_TARGET");
+    std::string base = forced && *forced ? forced : host_target().to_string();
+    if (base == "host" || base.rfind("host-", 0) == 0 ||
+        !Halide::Target::validate_target_string(base))
+      throw Error("OPTFUSE_HOST_TARGET=\"" + base +
+                  "\": expected a Halide target string such as "
+                  "\"x86-64-linux-avx-avx2-f16c-fma-sse41\"");
+    t = base + t.substr(4);
+  }
+  if (!Halide::Target::validate_target_string(t))
     throw Error("unknown target \"" + target +
                 "\": expected \"host\" or a Halide target string "
                 "such as \"x86-64-linux-avx2\"");
-  return Halide::Target(target).to_string();
+  return Halide::Target(t).to_string();
 }
 
 bool target_uses_cuda(const std::string& target) {

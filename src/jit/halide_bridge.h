@@ -8,7 +8,8 @@
 
 namespace optfuse::jit {
 
-// "host" -> the host's Halide target; any other string must be a valid Halide target string.
+// "host" (also leading, as in "host-cuda") -> the host's Halide target, or $OPTFUSE_HOST_TARGET
+// (include/optfuse/engine.h); any other string must be a valid Halide target string.
 // Returns the target's canonical text; throws Error naming `target` otherwise.
 std::string resolve_target(const std::string& target);
 

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <string>
 
+#include "lower/bf16.h"
 #include "lower/f16c.h"
 #include "lower/lower_ops.h"
 #include "lower/prefetch.h"
@@ -90,6 +91,7 @@ class PipelineBuilder {
     add_prefetch_pass(pipeline, funcs_.prefetch_loops, write_only_output_buffers(), s.prefetch,
                       s.prefetch_l2);
     add_f16c_pass(pipeline, target);
+    add_bf16_pass(pipeline, target);
     return Lowered{pipeline, arguments()};
   }
 

@@ -15,6 +15,7 @@ Each step:
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Optional
 
 import torch
@@ -36,6 +37,11 @@ EXTRA_GROUP_OPTIONS = ("state_dtype", "stochastic_rounding", "rounding_seed",
 # torch flags that choose torch's implementation: accepted (optfuse is always fused), or refused.
 _IMPLEMENTATION_FLAGS = ("foreach", "fused")
 _REFUSED_FLAGS = ("capturable", "differentiable")
+
+
+def _undecorated(name: str) -> Callable:
+    """torch.optim.Optimizer's method `name` without its torch._disable_dynamo wrapper."""
+    return inspect.unwrap(getattr(torch.optim.Optimizer, name))
 
 
 def _plain(value: Any) -> Any:
@@ -79,6 +85,9 @@ class _Binding:
         self.state_obj = opt.state
         self.core = _core.Optimizer(engine(cuda), opt._optfuse_config())
         self.groups: list[_Group] = []
+        # Every tensor whose memory the C++ optimizer reads or writes, kept alive while it may
+        # (a state tensor replaced in optimizer.state by the user is not freed under it).
+        self.keep: list = []
         known = set(opt._optfuse_group_keys())
         for gi, group in enumerate(opt.param_groups):
             active = [i for i, p in enumerate(group["params"]) if p.grad is not None]
@@ -96,6 +105,7 @@ class _Binding:
                                 _DTYPE_NAMES[grad.dtype] if grad is not None else "f32",
                                 _name(gi, i, p)))
             self.core.add_param_group(entries, g.synced, cuda)
+            self.keep.extend(params)
             self.groups.append(g)
         for g in self.groups:
             self.bind_state(opt, g)
@@ -121,6 +131,7 @@ class _Binding:
                 else:
                     t = self._checked_state(t, p, name, want, g.index, g.active[k])
                 st[name] = t
+                self.keep.append(t)
                 self.core.bind_state(g.cpp, k, name, t.data_ptr(), t.numel(), dtype,
                                      made and not from_param)
             for name, initial in opt._optfuse_scalar_state():
@@ -130,6 +141,7 @@ class _Binding:
                     s = torch.tensor(float(initial if s is None else _plain(s)),
                                      dtype=torch.float32)
                     st[name] = s
+                self.keep.append(s)
                 self.core.bind_scalar(g.cpp, k, name, s.data_ptr(),
                                       "f64" if s.dtype == torch.float64 else "f32")
 
@@ -202,14 +214,24 @@ class FusedOptimizer:
             return float(s) if s is not None else 1.0
         return b.core.loss_scale()
 
+    # torch.optim.Optimizer's add_param_group, zero_grad, state_dict and load_state_dict are
+    # wrapped by torch._disable_dynamo, whose first call imports torch._dynamo: 1.5 s of start-up
+    # for a torch.optim user, paid in the constructor. optfuse's step never runs under dynamo,
+    # so it calls the functions underneath and starts in milliseconds.
     def add_param_group(self, param_group: dict) -> None:
-        super().add_param_group(param_group)
+        _undecorated("add_param_group")(self, param_group)
         self._optfuse_binding = None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        _undecorated("zero_grad")(self, set_to_none)
+
+    def state_dict(self) -> dict:
+        return _undecorated("state_dict")(self)
 
     def load_state_dict(self, state_dict: dict) -> None:
         # torch casts floating state to the param's dtype; keep f32 state of 16-bit params f32.
         raw = state_dict.get("state", {})
-        super().load_state_dict(state_dict)
+        _undecorated("load_state_dict")(self, state_dict)
         params = [p for g in self.param_groups for p in g["params"]]
         for idx, saved in raw.items():
             if not isinstance(idx, int) or idx >= len(params):

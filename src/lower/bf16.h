@@ -1,0 +1,26 @@
+#pragma once
+// bf16 <-> f32 conversions as plain integer operations on CPU targets (internal; includes
+// Halide.h).
+//
+// Why: Halide 14 emulates them (on every x86 target but avx512_sapphirerapids) as
+// strict_float(x) followed by integer rounding. strict_float makes Halide emit a second copy of
+// the whole f32 expression of x without fast-math flags, next to the copy stored as the f32
+// master, so products get extra uses and LLVM's FMA formation ("fuse the multiply with fewer
+// uses") contracts differently than in the f32 kernel: AdamW's master update became
+// fma(-step_size, m/denom, decay * p) instead of the f32 kernel's fma(decay, p, -(step_size *
+// (m/denom))), up to 15 ulp apart after 5 steps, and the bf16 param was rounded from that second
+// copy, not from the stored master. avx512_sapphirerapids used vcvtne2ps2bf16 instead, which
+// flushes subnormals to zero.
+//
+// How: this lowering pass replaces each cast with the same arithmetic on the bits,
+// reinterpret(x) + 0x7fff + lsb, >> 16 (round to nearest even), NaN kept a quiet NaN as
+// optim::to_bf16_bits does, and a shift left by 16 to widen. No float op is added or copied, so
+// a bf16 kernel's f32 ops, their flags and uses are those of the f32 kernel, on every target.
+#include <Halide.h>
+
+namespace optfuse::lower {
+
+// Adds the pass to `p` for CPU targets; GPU targets keep Halide's conversions.
+void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target);
+
+}  // namespace optfuse::lower

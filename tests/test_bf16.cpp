@@ -1,0 +1,154 @@
+// bf16 <-> f32 conversions on CPU targets (src/lower/bf16.h): integer operations on the bits, so
+// that a bf16 kernel's f32 arithmetic compiles as the f32 kernel's does, on every x86 target.
+//
+// Oracle: round to nearest even with 8 significant bits, written here in double from the
+// definition (bf16 has f32's exponent range); widening is exact. Bit-exact: nothing to tolerate.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "jit/halide_bridge.h"
+#include "optfuse/optfuse.hpp"
+#include "support/engine.h"
+#include "support/gen.h"
+#include "support/objdump.h"
+
+namespace optfuse {
+namespace {
+
+float f32_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// The bf16 nearest to finite x (ties to even), as bits; +-inf past the largest finite bf16.
+uint16_t bf16_nearest(float x) {
+  const double max_finite = std::ldexp(2.0 - std::ldexp(1.0, -7), 127);
+  double r = x;
+  if (x != 0) {
+    int e;
+    std::frexp(double(x), &e);
+    double quantum = std::ldexp(1.0, std::max(e - 1, -126) - 7);  // subnormals: fixed spacing
+    r = std::nearbyint(x / quantum) * quantum;
+  }
+  if (std::fabs(r) > max_finite) r = std::copysign(HUGE_VAL, x);
+  return static_cast<uint16_t>(bits_of(static_cast<float>(r)) >> 16);  // exact: r is a bf16
+}
+
+// param (bf16) <- bf16(x); x (f32) <- f32(param): both directions in one kernel, in place.
+Graph round_trip() {
+  Graph gr("bf16_round_trip");
+  Value p = gr.param("param", DType::BF16);
+  Value x = gr.state("x", DType::F32);
+  gr.output("param", cast(x, DType::BF16));
+  gr.output("x", cast(p, DType::F32));
+  return gr;
+}
+
+// f32 bit patterns whose bf16 rounding is delicate: ties and near-ties (low half 0x7fff, 0x8000,
+// 0x8001 with even and odd kept bits), the subnormal range, the largest finite bf16 and what
+// overflows, infinities, and NaNs whose payload lies only in the low half (a carry into the
+// exponent would make them infinities).
+std::vector<uint32_t> edge_bits() {
+  std::vector<uint32_t> v = {0x00000000, 0x80000000, 0x00000001, 0x00007fff, 0x00008000,
+                             0x00018000, 0x007fffff, 0x00800000, 0x7f7f7fff, 0x7f7f8000,
+                             0x7f7fffff, 0x7f800000, 0xff800000, 0x7f800001, 0x7f807fff,
+                             0x7f808000, 0xff800001, 0x7fc00000, 0xffc00000, 0x7fffffff};
+  for (uint32_t high : {0x3f80u, 0x3f81u, 0x0001u, 0x0080u, 0x4b00u, 0xbf80u, 0xbf81u})
+    for (uint32_t low : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+      v.push_back(high << 16 | low);
+  return v;
+}
+
+TEST(Bf16, ConversionsMatchTheDefinitionBitForBit) {
+  auto k = testing::shared_engine().kernel(round_trip());
+  // Every bf16 bit pattern, plus a ragged tail, so vector bodies and the tail both run.
+  const int64_t n = 65536 + 37;
+  std::vector<uint16_t> param(n);
+  std::vector<float> x(n);
+  const std::vector<uint32_t> edges = edge_bits();
+  for (int64_t i = 0; i < n; ++i) {
+    param[i] = static_cast<uint16_t>(i & 0xffff);
+    const uint32_t random = static_cast<uint32_t>(testing::gen(9, uint64_t(i)) * 4294967296.0);
+    x[i] = f32_of(i % 3 == 0 ? edges[size_t(i / 3) % edges.size()] : random);
+  }
+  const std::vector<uint16_t> param0 = param;
+  const std::vector<float> x0 = x;
+  KernelCall call;
+  for (const auto& in : k->signature().inputs)
+    call.inputs.push_back(in.role == Role::Param ? static_cast<void*>(param.data()) : x.data());
+  for (const auto& out : k->signature().outputs)
+    call.outputs.push_back(out.replaces == "param" ? static_cast<void*>(param.data()) : x.data());
+  call.n = n;
+  k->run(call);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n && bad < 10; ++i) {
+    const bool x_ok = bits_of(x[i]) == uint32_t(param0[i]) << 16;  // the NaNs' bits too
+    const uint32_t in = bits_of(x0[i]);
+    // A NaN stays a NaN, quiet, with its sign and the high half of its payload.
+    const uint16_t want_p = std::isnan(x0[i]) ? uint16_t((in >> 16) | 0x40) : bf16_nearest(x0[i]);
+    if (!x_ok || want_p != param[i]) {
+      ++bad;
+      ADD_FAILURE() << std::hex << "element " << std::dec << i << std::hex << ": f32(bf16 0x"
+                    << param0[i] << ") = 0x" << bits_of(x[i]) << "; bf16(f32 0x" << in << ") = 0x"
+                    << param[i] << ", want 0x" << want_p << std::dec;
+    }
+  }
+}
+
+// The f32 arithmetic instructions of an object, FMA forms merged (vfmadd132/213/231ps differ
+// only in which operand the result overwrites): e.g. {"vfmadd": 30, "vdivps": 10, ...}.
+std::map<std::string, int> float_ops(const std::string& listing) {
+  static const std::regex op(
+      R"(\s(v?(?:fn?m(?:add|sub)|mul|add|sub|div|sqrt))(?:132|213|231)?(ps|ss)\s)");
+  std::map<std::string, int> out;
+  for (auto it = std::sregex_iterator(listing.begin(), listing.end(), op);
+       it != std::sregex_iterator(); ++it)
+    ++out[(*it)[1].str() + (*it)[2].str()];
+  return out;
+}
+
+// Why AdamW's bf16 master equals the f32 run bit for bit (test_mixed_precision): the bf16
+// kernels' float instructions are the f32 kernel's, on every x86 target (compile only, so any
+// machine checks them all). With Halide's strict_float conversion the bf16 kernel computed the
+// update twice (20 vdivps where the f32 kernel has 10) and contracted it differently (vfnmadd, not
+// vfmsub) on every target without avx512_sapphirerapids. Whole objects are compared, which is
+// meaningful only where LLVM lays out both kernels alike (AdamW does; for other optimizers it
+// makes a different number of loop copies, and SGD / Adam / NAdam / RAdam also contract an add of
+// two products the other way: test_mixed_precision's kMaxUlps).
+TEST(Bf16, AdamWKernelsCompileTheF32KernelsFloatOps) {
+  const std::vector<std::string> targets = {
+      "x86-64-linux-avx-avx2-f16c-fma-sse41",
+      "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41",
+      "x86-64-linux-avx-avx2-avx512-avx512_cannonlake-avx512_skylake-f16c-fma-sse41",
+      "x86-64-linux-avx-avx2-avx512-avx512_cannonlake-avx512_sapphirerapids-avx512_skylake-f16c-"
+      "fma-sse41"};
+  for (const std::string& target : targets) {
+    auto ops = [&](DType param, DType grad) {
+      const Graph g = canonicalize(update_graph({{"type", "adamw"}}, {}, param, grad));
+      return float_ops(testing::disassemble(
+          jit::compile_kernel_object(g, jit::resolve_schedule(Schedule(), target), target, "k")));
+    };
+    const std::map<std::string, int> f32 = ops(DType::F32, DType::F32);
+    if (f32.empty()) GTEST_SKIP() << "no objdump";
+    EXPECT_EQ(ops(DType::BF16, DType::BF16), f32) << target;
+    EXPECT_EQ(ops(DType::BF16, DType::F32), f32) << target;
+    EXPECT_EQ(ops(DType::F32, DType::BF16), f32) << target;
+  }
+}
+
+}  // namespace
+}  // namespace optfuse
