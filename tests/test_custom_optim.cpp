@@ -54,39 +54,17 @@ void expect_bit_identical(Optimizer& a, Optimizer& b, const std::vector<std::str
   }
 }
 
-const char* kLionJson = R"({
-  "name": "my_lion",
-  "defaults": {"lr": 1e-4, "betas": [0.9, 0.99], "weight_decay": 0.0},
-  "graph": {
-    "inputs": [{"name": "param", "role": "param"}, {"name": "grad", "role": "grad"},
-               {"name": "exp_avg", "role": "state"}],
-    "scalars": ["lr", "beta1", "beta2", "weight_decay"],
-    "nodes": [
-      {"id": "bm", "op": "mul", "args": ["exp_avg", "beta1"]},
-      {"id": "omb1", "op": "sub", "args": [1, "beta1"]},
-      {"id": "gc", "op": "mul", "args": ["grad", "omb1"]},
-      {"id": "c", "op": "add", "args": ["gc", "bm"]},
-      {"id": "u", "op": "sign", "args": ["c"]},
-      {"id": "lrwd", "op": "mul", "args": ["lr", "weight_decay"]},
-      {"id": "wd_term", "op": "mul", "args": ["lrwd", "param"]},
-      {"id": "p1", "op": "sub", "args": ["param", "wd_term"]},
-      {"id": "lr_u", "op": "mul", "args": ["u", "lr"]},
-      {"id": "p2", "op": "sub", "args": ["p1", "lr_u"]},
-      {"id": "omb2", "op": "sub", "args": [1, "beta2"]},
-      {"id": "m1", "op": "mul", "args": ["beta2", "exp_avg"]},
-      {"id": "m2", "op": "mul", "args": ["omb2", "grad"]},
-      {"id": "m3", "op": "add", "args": ["m2", "m1"]}
-    ],
-    "outputs": {"param": "p2", "exp_avg": "m3"}
-  }
-})";
+// The Lion rule in the JSON rule form, shared with the Python tests (tests/python/).
+Options lion_json() {
+  std::ifstream in(std::string(OPTFUSE_TEST_DATA_DIR) + "/graphs/lion_rule.json");
+  return Options::parse(in);
+}
 
 TEST(CustomOptimizer, JsonLionIsTheBuiltInKernelBitForBit) {
   Engine& e = testing::shared_engine();
   Tensors ta = make_tensors(3000, 1), tb = make_tensors(3000, 1);
   auto lion = Optimizer::create(e, {{"type", "lion"}, {"lr", 3e-3}});
-  auto mine =
-      Optimizer::create(e, {{"type", "custom"}, {"rule", Options::parse(kLionJson)}, {"lr", 3e-3}});
+  auto mine = Optimizer::create(e, {{"type", "custom"}, {"rule", lion_json()}, {"lr", 3e-3}});
   EXPECT_EQ(mine->type(), "my_lion");
   lion->add_param_group({ref(ta)}, {{"weight_decay", 0.1}});
   mine->add_param_group({ref(tb)}, {{"weight_decay", 0.1}});
@@ -96,7 +74,7 @@ TEST(CustomOptimizer, JsonLionIsTheBuiltInKernelBitForBit) {
 
 TEST(CustomOptimizer, StateFilesRoundTrip) {
   Engine& e = testing::shared_engine();
-  Options config = {{"type", "custom"}, {"rule", Options::parse(kLionJson)}};
+  Options config = {{"type", "custom"}, {"rule", lion_json()}};
   Tensors ta = make_tensors(777, 4), tb = make_tensors(777, 4);
   auto a = Optimizer::create(e, config);
   a->add_param_group({ref(ta)});
@@ -246,7 +224,7 @@ TEST(CustomOptimizer, RegistrationRejectsTakenNamesAndBadGraphs) {
 }
 
 TEST(CustomOptimizer, DefinitionErrorsNameTheCulprit) {
-  Options lion = Options::parse(kLionJson);
+  Options lion = lion_json();
   Options bad_scalar = lion;
   bad_scalar["graph"]["scalars"].push_back("gamma");
   expect_error({{"type", "custom"}, {"rule", bad_scalar}}, "graph scalar 'gamma'");

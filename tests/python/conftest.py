@@ -37,6 +37,16 @@ def run(make_opt, params, steps, scheduler=None, set_to_none=True):
     return [p.detach() for p in ps], opt
 
 
+def lockstep(runs, steps):
+    """Steps every (optimizer, params) of `runs` `steps` times, each with the gradient stream of
+    grad_for."""
+    for step in range(steps):
+        for opt, ps in runs:
+            for k, p in enumerate(ps):
+                p.grad = grad_for(p, step, k)
+            opt.step()
+
+
 def max_abs(a, b):
     return max((x.double() - y.double()).abs().max().item() for x, y in zip(a, b))
 

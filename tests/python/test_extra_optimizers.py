@@ -5,12 +5,13 @@ test_trajectories.py against a float64 truth (2e-5 over these step counts), exce
 whose sign() turns a rounding difference near 0 into a full lr step: there the bound is
 counted in such flips (at most 1% of elements may differ by up to 2 * lr * steps)."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 import optfuse.torch as oft
-from conftest import grad_for, make_params, max_abs
+from conftest import grad_for, lockstep, make_params, max_abs
 
 STEPS = 50
 
@@ -105,29 +106,8 @@ def test_sparse_adam_matches_torch_on_an_embedding():
     assert torch.equal(moved, (ea.weight.detach() != initial).any(dim=1))
 
 
-LION_RULE = {
-    "name": "my_lion",
-    "defaults": {"lr": 1e-4, "betas": [0.9, 0.99], "weight_decay": 0.0},
-    "graph": {
-        "inputs": [{"name": "param", "role": "param"}, {"name": "grad", "role": "grad"},
-                   {"name": "exp_avg", "role": "state"}],
-        "scalars": ["lr", "beta1", "beta2", "weight_decay"],
-        "nodes": [
-            {"id": "bm", "op": "mul", "args": ["exp_avg", "beta1"]},
-            {"id": "omb1", "op": "sub", "args": [1, "beta1"]},
-            {"id": "gc", "op": "mul", "args": ["grad", "omb1"]},
-            {"id": "c", "op": "add", "args": ["gc", "bm"]},
-            {"id": "u", "op": "sign", "args": ["c"]},
-            {"id": "lrwd", "op": "mul", "args": ["lr", "weight_decay"]},
-            {"id": "wd_term", "op": "mul", "args": ["lrwd", "param"]},
-            {"id": "p1", "op": "sub", "args": ["param", "wd_term"]},
-            {"id": "lr_u", "op": "mul", "args": ["u", "lr"]},
-            {"id": "p2", "op": "sub", "args": ["p1", "lr_u"]},
-            {"id": "omb2", "op": "sub", "args": [1, "beta2"]},
-            {"id": "m1", "op": "mul", "args": ["beta2", "exp_avg"]},
-            {"id": "m2", "op": "mul", "args": ["omb2", "grad"]},
-            {"id": "m3", "op": "add", "args": ["m2", "m1"]}],
-        "outputs": {"param": "p2", "exp_avg": "m3"}}}
+# The Lion rule in the JSON rule form, shared with tests/test_custom_optim.cpp.
+LION_RULE = json.loads((Path(__file__).parents[1] / "graphs" / "lion_rule.json").read_text())
 
 
 def test_custom_rule_from_json_is_the_library_lion():
@@ -138,15 +118,32 @@ def test_custom_rule_from_json_is_the_library_lion():
     b = [p.clone().requires_grad_() for p in p0]
     lib = oft.Lion(a, lr=1e-3, weight_decay=0.1)
     custom = oft.Custom(b, json.dumps(LION_RULE), lr=1e-3, weight_decay=0.1)
-    for step in range(20):
-        for k, (x, y) in enumerate(zip(a, b)):
-            x.grad = grad_for(x, step, k)
-            y.grad = grad_for(y, step, k)
-        lib.step()
-        custom.step()
+    lockstep([(lib, a), (custom, b)], 20)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert custom.param_groups[0]["betas"] == (0.9, 0.99)
     keys = {u["key"] for u in lib._optfuse_binding.core.kernel_uses()}
     assert keys == {u["key"] for u in custom._optfuse_binding.core.kernel_uses()}
     with pytest.raises(TypeError, match="unknown option"):
         oft.Custom(b, LION_RULE, momentum=0.9)
+
+
+def test_rule_builder_gives_the_library_kernel():
+    """The Python builder's Lion is the same maths as the library's: same kernel key, and so
+    the same bits (one kernel, same inputs)."""
+    from optfuse.rule import Rule, sign
+
+    r = Rule("built_lion", defaults={"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 0.0})
+    p, g, m = r.param(), r.grad(), r.state("exp_avg")
+    lr, b1, b2, wd = r.scalars("lr", "beta1", "beta2", "weight_decay")
+    r.update(p, p - lr * wd * p - lr * sign(m * b1 + g * (1 - b1)))
+    r.update(m, b2 * m + (1 - b2) * g)
+    p0 = make_params()
+    a = [x.clone().requires_grad_() for x in p0]
+    b = [x.clone().requires_grad_() for x in p0]
+    lib, built = oft.Lion(a, lr=1e-3, weight_decay=0.1), oft.Custom(b, r, lr=1e-3, weight_decay=0.1)
+    lockstep([(lib, a), (built, b)], 10)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    key = lambda o: {u["key"] for u in o._optfuse_binding.core.kernel_uses()}
+    assert key(lib) == key(built)
+    with pytest.raises(ValueError, match="updated twice"):
+        r.update(m, m * 2)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import optfuse.torch as oft
-from conftest import grad_for, make_params, max_abs, run
+from conftest import grad_for, lockstep, make_params, max_abs
 
 
 def pair(p0):
@@ -181,15 +181,10 @@ def test_bf16_state():
     p0 = make_params()
     ref, ours = pair(p0)
     a = torch.optim.AdamW(ref, lr=1e-2)
-    b = oft.AdamW(ours, lr=1e-2, **{})
+    b = oft.AdamW(ours, lr=1e-2)
     for g in b.param_groups:
         g["state_dtype"] = "bf16"
-    for step in range(30):
-        for k, (r, o) in enumerate(zip(ref, ours)):
-            r.grad = grad_for(r, step, k)
-            o.grad = grad_for(o, step, k)
-        a.step()
-        b.step()
+    lockstep([(a, ref), (b, ours)], 30)
     assert b.state[ours[0]]["exp_avg"].dtype == torch.bfloat16
     # bf16 moments (8 significant bits) change each update by up to 2^-9 relative: 30 steps
     # of lr 1e-2 stay within 30 * 1e-2 * 2 * 2^-8.

@@ -274,8 +274,7 @@ class FusedOptimizer:
         devices = {p.device for g in self.param_groups for p in g["params"] if p.grad is not None}
         if not devices:
             return None
-        self._optfuse_check_devices(devices)
-        cuda = next(iter(devices)).type == "cuda"
+        cuda = self._optfuse_check_devices(devices)
         self._optfuse_binding = None
         self._optfuse_binding = b = _Binding(self, cuda)
         return b
@@ -296,11 +295,16 @@ class FusedOptimizer:
                 return False
         return k == len(b.groups)
 
-    def _optfuse_check_devices(self, devices) -> None:
+    def _optfuse_check_devices(self, devices) -> bool:
+        """Checks every param with a gradient; whether they are CUDA tensors."""
+        first = next(p for g in self.param_groups for p in g["params"] if p.grad is not None)
+        d = first.device
         if len(devices) > 1:
-            raise RuntimeError(f"{type(self).__name__}: params on several devices "
-                               f"({', '.join(sorted(map(str, devices)))}): one optimizer per device")
-        d = next(iter(devices))
+            gi, pi, p = next((gi, pi, p) for gi, g in enumerate(self.param_groups)
+                             for pi, p in enumerate(g["params"])
+                             if p.grad is not None and p.device != d)
+            raise RuntimeError(f"{_name(gi, pi, p)}: is on {p.device} but the first param with a "
+                               f"gradient is on {d}: one optimizer per device")
         if d.type not in ("cpu", "cuda"):
             raise RuntimeError(f"{type(self).__name__}: params on {d}: optfuse runs on CPU and "
                                "CUDA tensors")
@@ -314,6 +318,7 @@ class FusedOptimizer:
                 if not p.is_contiguous():
                     raise ValueError(f"{_name(gi, pi, p)}: is not contiguous (strides "
                                      f"{p.stride()}); optfuse updates params in place")
+        return d.type == "cuda"
 
     @staticmethod
     def _optfuse_params_moved(g: _Group) -> bool:

@@ -234,7 +234,8 @@ class LARS(_Extra):
 class Custom(_Extra):
     """An update rule of your own, fused and cached like the built-ins.
 
-    ``rule`` is optfuse's JSON rule form (a dict, a JSON string, or a path to a ``.json`` file):
+    ``rule`` is an ``optfuse.rule.Rule`` (Python expressions), or optfuse's JSON rule form (a dict,
+    a JSON string, or a path to a ``.json`` file):
     ``{"name": ..., "defaults": {...}, "graph": <docs/graph-json.md>}``. Keywords override the
     rule's defaults, and every default is a param-group option (schedulers see them)::
 
@@ -244,7 +245,9 @@ class Custom(_Extra):
     The state is ``state[p][name]`` for each state input of the graph, plus ``step``.
     """
 
-    def __init__(self, params, rule: Union[dict, str], **kwargs):
+    def __init__(self, params, rule: Union[dict, str, "optfuse.rule.Rule"], **kwargs):
+        if hasattr(rule, "to_json"):  # an optfuse.rule.Rule
+            rule = rule.to_json()
         if isinstance(rule, str):
             text = rule
             if not rule.lstrip().startswith("{"):
