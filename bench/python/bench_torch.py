@@ -255,7 +255,8 @@ def summarize(entries, n_elems, n_tensors):
 # ---- start-up, binding overhead ----------------------------------------------------------------
 STARTUP = r"""
 import json, sys, time, torch
-ps = [torch.nn.Parameter(torch.randn(1 << 16)) for _ in range(16)]
+shapes = json.loads(sys.argv[2])
+ps = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
 for p in ps: p.grad = torch.randn_like(p)
 t0 = time.perf_counter()
 if sys.argv[1] == "torch":
@@ -273,16 +274,17 @@ print(json.dumps({"s": t3 - t0, "import_s": t1 - t0, "ctor_s": t2 - t1, "step_s"
 """
 
 
-def startup(a, log):
-    """Import optfuse.torch -> first AdamW step done (16 x 64K, torch imported before), fresh
-    processes: cold = empty OPTFUSE_CACHE_DIR, warm = the same directory again; and the same
-    for torch.optim.AdamW(fused=True) (its constructor imports torch._dynamo the first time)."""
+def startup(a, log, shapes):
+    """Import optfuse.torch -> first AdamW step done (torch imported before), fresh processes:
+    cold = empty OPTFUSE_CACHE_DIR, warm = the same directory again; and the same for
+    torch.optim.AdamW(fused=True) (its constructor imports torch._dynamo the first time)."""
     out = {"cold": [], "warm": [], "torch": []}
+    arg = json.dumps([list(s) for s in shapes])
     for i in range(a.startup_runs):
         with tempfile.TemporaryDirectory(prefix="optfuse-bench-cache-") as d:
             env = {**os.environ, "OPTFUSE_CACHE_DIR": d}
             for kind in ("cold", "warm", "torch"):
-                p = subprocess.run([sys.executable, "-c", STARTUP, kind], env=env,
+                p = subprocess.run([sys.executable, "-c", STARTUP, kind, arg], env=env,
                                    capture_output=True, text=True, timeout=600)
                 if p.returncode:
                     raise RuntimeError(f"start-up subprocess failed: {p.stderr[-500:]}")
@@ -366,16 +368,16 @@ def markdown(res):
                      f"({o['same_grads_us_per_tensor']:+.2f} us/tensor) with the same ones "
                      f"(C++ `step()`: {o['same_grads_cpp_ms']:.3f} ms).")
         L.append("")
-    if res.get("startup"):
-        s = res["startup"]
+    for layout, s in (res.get("startup") or {}).items():
         med = {k: {f: statistics.median(x[f] for x in v) for f in ("s", "import_s", "ctor_s",
                                                                     "step_s")}
                for k, v in s.items()}
-        L += ["## Start-up: `import optfuse.torch` to first AdamW step done (16 x 64K)", "",
+        L += [f"## Start-up: `import optfuse.torch` to first AdamW step done ({layout})", "",
               f"Fresh processes (torch imported first), {len(s['cold'])} run(s), medians, "
-              "seconds. The constructor's time is torch's first `Optimizer.__init__` "
-              "(it imports torch._dynamo); optfuse's kernels are compiled or loaded in the "
-              "first step.", "", "| | total | import | constructor | first step | compiled |",
+              "seconds. torch's constructor imports torch._dynamo (optfuse's does not); "
+              "optfuse's kernels are compiled or loaded in the first step, which also makes "
+              "the state (zeros) as torch's does.", "",
+              "| | total | import | constructor | first step | compiled |",
               "|---|---:|---:|---:|---:|---|"]
         for k, label in (("cold", "optfuse, empty cache"), ("warm", "optfuse, warm cache"),
                          ("torch", "torch.optim.AdamW(fused=True)")):
@@ -475,7 +477,10 @@ def run_all(a, log):
     if "startup" in a.cases:
         log("start-up (subprocesses) ...")
         try:
-            res["startup"] = startup(a, log)
+            res["startup"] = {
+                "16 x 64K": startup(a, log, [(1 << 16,)] * 16),
+                "GPT-2 small" + (" (dims / 8)" if a.quick else ""):
+                    startup(a, log, [s for s, _ in gpt2_shapes(8 if a.quick else 1)])}
         except (RuntimeError, subprocess.TimeoutExpired, ValueError) as ex:
             log(f"  start-up skipped: {ex}")
     if "noop" in a.cases:
