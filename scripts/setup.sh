@@ -11,6 +11,7 @@ PACKAGES=(
   libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-venv python3-dev        # the Python package (scripts/python_setup.sh)
+  pkg-config                      # the installed-tree consumer test (tests/consumer/)
 )
 
 missing=()
