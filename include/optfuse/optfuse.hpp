@@ -7,5 +7,6 @@
 #include "optfuse/graph.h"
 #include "optfuse/idioms.h"
 #include "optfuse/optim.h"
+#include "optfuse/parallel.h"
 #include "optfuse/partition.h"
 #include "optfuse/schedules.h"

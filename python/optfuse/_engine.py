@@ -10,6 +10,8 @@ Environment (read when an engine is first made):
 ``OPTFUSE_TARGET``     the CPU target (default ``host``; any Halide target string)
 ``OPTFUSE_SCHEDULES``  tuned schedules, a database file or a directory of them (default: the
                        databases shipped with the package)
+``OPTFUSE_OPENMP``     ``0``: optfuse's parallel loops on its own threads even where torch's
+                       OpenMP runtime is loaded (default: on torch's; see share_openmp)
 """
 from __future__ import annotations
 
@@ -45,3 +47,29 @@ def engine(cuda: bool = False) -> _core.Engine:
                 o["target"] = os.environ.get("OPTFUSE_CUDA_TARGET", "host-cuda")
             e = _engines[key] = _core.Engine(**o)
         return e
+
+
+def share_openmp(library_hint: str = "libgomp") -> bool:
+    """Runs optfuse's parallel loops on the GNU OpenMP runtime already loaded in this process
+    (torch's): its threads keep spinning after every torch op, and on few cores optfuse's own
+    threads would wait for them (``include/optfuse/parallel.h``). Returns whether it is in use;
+    ``OPTFUSE_OPENMP=0``, or no libgomp loaded, leaves optfuse's own threads."""
+    import ctypes
+
+    if os.environ.get("OPTFUSE_OPENMP", "1") == "0":
+        return False
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            paths = {line.split()[-1] for line in f if library_hint in line and "/" in line}
+    except OSError:
+        return False
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+            addr = [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                    for n in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")]
+        except (OSError, AttributeError):
+            continue
+        _core.use_openmp_runtime(*addr)
+        return True
+    return False

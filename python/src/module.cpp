@@ -21,6 +21,7 @@
 #include "optfuse/cache.h"
 #include "optfuse/error.h"
 #include "optfuse/optim.h"
+#include "optfuse/parallel.h"
 #include "optfuse/schedules.h"
 
 namespace nb = nanobind;
@@ -142,6 +143,18 @@ NB_MODULE(_core, m) {
         [](const std::string& t) { return from_json(optfuse::optimizer_defaults(t)); });
   m.def(
       "noop", [](uintptr_t) {}, "An empty call, for measuring the binding's per-call cost.");
+  m.def(
+      "use_openmp_runtime",
+      [](uintptr_t parallel, uintptr_t thread_num, uintptr_t num_threads) {
+        optfuse::OpenMpRuntime omp;
+        omp.parallel = reinterpret_cast<decltype(omp.parallel)>(parallel);
+        omp.thread_num = reinterpret_cast<decltype(omp.thread_num)>(thread_num);
+        omp.num_threads = reinterpret_cast<decltype(omp.num_threads)>(num_threads);
+        optfuse::use_openmp_runtime(omp);
+      },
+      "Parallel loops on a libgomp already loaded (addresses of GOMP_parallel, "
+      "omp_get_thread_num, omp_get_num_threads; zeros: optfuse's own threads).");
+  m.def("openmp_in_use", [] { return optfuse::openmp_runtime().parallel != nullptr; });
 
   nb::class_<PyEngine>(m, "Engine")
       .def(

@@ -112,11 +112,13 @@ void KernelImpl::check(const KernelCall& call) const {
   if (call.n < 0)
     throw Error("kernel \"" + name_ + "\": negative element count " + std::to_string(call.n));
   if (on_device() && !call.device)
-    throw Error("kernel \"" + name_ + "\" runs on a CUDA device: its call needs CUDA device "
+    throw Error("kernel \"" + name_ +
+                "\" runs on a CUDA device: its call needs CUDA device "
                 "pointers (KernelCall::device = true); host pointers are not accepted (optfuse "
                 "makes no hidden host<->device copies)");
   if (!on_device() && call.device)
-    throw Error("kernel \"" + name_ + "\" runs on the CPU: its call needs host pointers, not CUDA "
+    throw Error("kernel \"" + name_ +
+                "\" runs on the CPU: its call needs host pointers, not CUDA "
                 "device pointers (KernelCall::device = true)");
   if (!signature_.results.empty() && !call.results)
     throw Error("kernel \"" + name_ + "\" has " + std::to_string(signature_.results.size()) +
@@ -124,8 +126,8 @@ void KernelImpl::check(const KernelCall& call) const {
                 "\"): the call needs KernelCall::results");
   if (signature_.per_row && (call.cols <= 0 || call.cols > INT32_MAX || call.n % call.cols != 0))
     throw Error("kernel \"" + name_ + "\" reduces per row: KernelCall::cols must be in [1, 2^31) " +
-                "and divide n = " + std::to_string(call.n) + ", got cols = " +
-                std::to_string(call.cols));
+                "and divide n = " + std::to_string(call.n) +
+                ", got cols = " + std::to_string(call.cols));
   if (signature_.reduces && call.n > kMaxSlice)
     throw Error("kernel \"" + name_ + "\" reduces whole tensors: one call covers at most 2^30 " +
                 "elements, got n = " + std::to_string(call.n));
@@ -173,8 +175,8 @@ void KernelImpl::run(const KernelCall& call) const {
     // kernel loads nothing from them, but Halide passes them to the device as they are).
     void* stand_in = empty_tensor;
     if (on_device())
-      stand_in = reinterpret_cast<void*>(jit::cuda_scratch(
-          cuda_context_ ? cuda_context_ : jit::cuda_primary_context(0)));
+      stand_in = reinterpret_cast<void*>(
+          jit::cuda_scratch(cuda_context_ ? cuda_context_ : jit::cuda_primary_context(0)));
     KernelCall empty = call;
     for (void*& p : empty.inputs) p = stand_in;
     for (void*& p : empty.outputs) p = stand_in;
@@ -182,8 +184,8 @@ void KernelImpl::run(const KernelCall& call) const {
     return run_slice(empty, scalars, 0, 1, /*empty=*/true);
   }
   // Per-row kernels slice on whole rows (rows are independent); reducing kernels are one slice.
-  int64_t step = signature_.per_row ? std::max<int64_t>(1, kMaxSlice / call.cols) * call.cols
-                                    : kMaxSlice;
+  int64_t step =
+      signature_.per_row ? std::max<int64_t>(1, kMaxSlice / call.cols) * call.cols : kMaxSlice;
   for (int64_t offset = 0; offset < call.n; offset += step)
     run_slice(call, scalars, offset, std::min(step, call.n - offset));
 }
@@ -196,9 +198,9 @@ void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, i
                            int64_t n, bool empty) const {
   const bool rows = signature_.per_row;
   const int64_t cols = rows ? call.cols : n;
-  halide_dimension_t dims[2] = {halide_dimension_t(0, static_cast<int32_t>(rows ? cols : n), 1),
-                                halide_dimension_t(0, static_cast<int32_t>(rows ? n / cols : 1),
-                                                   static_cast<int32_t>(cols))};
+  halide_dimension_t dims[2] = {
+      halide_dimension_t(0, static_cast<int32_t>(rows ? cols : n), 1),
+      halide_dimension_t(0, static_cast<int32_t>(rows ? n / cols : 1), static_cast<int32_t>(cols))};
   const int dimensions = rows ? 2 : 1;
   // Raw slots, filled as used: an array of halide_buffer_t would run halide_type_t's constructor
   // for all of its slots (about 10 KB of stack written per call, a measurable share of a call on
@@ -223,10 +225,10 @@ void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, i
   for (size_t i = 0; i < signature_.results.size(); ++i)
     args[a++] = init_result_buffer(next_slot(), call.results + i);
   for (size_t i = 0; i < signature_.outputs.size(); ++i) {
-    args[a++] = init_buffer(next_slot(), call.outputs[i], offset, signature_.outputs[i].dtype,
-                            dims, device_interface_, dimensions);
+    args[a++] = init_buffer(next_slot(), call.outputs[i], offset, signature_.outputs[i].dtype, dims,
+                            device_interface_, dimensions);
   }
-  jit::Session::call(fn_, args, name_, {cuda_context_, call.cuda_stream});
+  session_->call(fn_, args, name_, {cuda_context_, call.cuda_stream});
 }
 
 }  // namespace optfuse::engine_detail

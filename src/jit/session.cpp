@@ -3,6 +3,7 @@
 #include <string>
 
 #include "jit/cuda_hooks.h"
+#include "jit/parallel.h"
 #include "optfuse/error.h"
 
 namespace optfuse::jit {
@@ -47,6 +48,10 @@ std::shared_ptr<Session> Session::create(const std::vector<char>& runtime_object
   set_error_handler(&capture_halide_error);
   std::shared_ptr<Session> session(new Session(std::move(jit), num_threads));
   session->shutdown_thread_pool_ = shutdown;
+  // Every parallel loop goes through jit::do_par_for, which keeps to this pool unless an OpenMP
+  // runtime is set (include/optfuse/parallel.h).
+  session->default_do_par_for_ = reinterpret_cast<DoParFor (*)(DoParFor)>(
+      session->jit_->lookup("halide_set_custom_do_par_for"))(&do_par_for);
   if (cuda) {
     install(*session->jit_, "halide_set_cuda_acquire_context", &acquire_cuda_context);
     install(*session->jit_, "halide_set_cuda_release_context", &release_cuda_context);
@@ -81,9 +86,10 @@ void* Session::lookup(const std::string& symbol) {
 }
 
 void Session::call(ArgvFn fn, void** args, const std::string& kernel,
-                   const CudaPlacement& cuda) {
+                   const CudaPlacement& cuda) const {
   CallContext context;
   context.cuda = cuda;
+  context.session = this;
   void* user_context = &context;
   args[0] = &user_context;  // argv passes every scalar, the user context too, by address
   int rc = fn(args);

@@ -2,6 +2,7 @@
 // A JIT session: one Jit with the Halide runtime loaded, and the kernels loaded next to it. The
 // kernels share the runtime's thread pool and error handler. Kernels keep their session alive
 // (shared_ptr), so a kernel outliving its Engine stays callable.
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -12,6 +13,10 @@
 struct halide_device_interface_t;  // HalideRuntime.h
 
 namespace optfuse::jit {
+
+// Halide's halide_do_par_for_t (HalideRuntime.h), spelled out so this header needs no Halide.
+using DoParFor = int (*)(void* user_context, int (*task)(void*, int, uint8_t*), int min, int size,
+                         uint8_t* closure);
 
 using ArgvFn = int (*)(void** args);
 
@@ -31,6 +36,7 @@ struct CudaPlacement {
 struct CallContext {
   std::string error;
   CudaPlacement cuda;
+  const class Session* session = nullptr;  // the runtime the kernel runs in (parallel.cpp)
 };
 
 // The runtime's error handler: appends `message` to the CallContext `user_context` points to.
@@ -57,10 +63,12 @@ class Session {
 
   // Calls `fn` with `args` (args[0] is filled in here: the user context). If the kernel fails,
   // throws Error naming `kernel` with the runtime's message. `cuda`: where a CUDA kernel runs.
-  static void call(ArgvFn fn, void** args, const std::string& kernel,
-                   const CudaPlacement& cuda = {});
+  void call(ArgvFn fn, void** args, const std::string& kernel,
+            const CudaPlacement& cuda = {}) const;
 
   int num_threads() const { return num_threads_; }
+  // The runtime's own halide_do_par_for (its thread pool), which jit::do_par_for replaces.
+  DoParFor default_do_par_for() const { return default_do_par_for_; }
   // The loaded runtime's halide_cuda_device_interface(); null unless created with `cuda`.
   const halide_device_interface_t* cuda_device_interface() const { return cuda_interface_; }
 
@@ -71,6 +79,7 @@ class Session {
   std::unique_ptr<Jit> jit_;
   int num_threads_;
   void (*shutdown_thread_pool_)() = nullptr;
+  DoParFor default_do_par_for_ = nullptr;
   const halide_device_interface_t* cuda_interface_ = nullptr;
 };
 

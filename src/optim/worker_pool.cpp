@@ -1,5 +1,7 @@
 #include "optim/worker_pool.h"
 
+#include "optfuse/parallel.h"
+
 namespace optfuse::optim {
 
 WorkerPool::WorkerPool(int threads) {
@@ -15,7 +17,39 @@ WorkerPool::~WorkerPool() {
   for (auto& t : workers_) t.join();
 }
 
+namespace {
+
+// A round on the process's OpenMP threads (include/optfuse/parallel.h): part(k) on thread k.
+// The runtime may give fewer threads than asked (OMP_THREAD_LIMIT, a nested region): then a
+// thread runs several parts, so that every part runs exactly once.
+struct OmpRound {
+  const std::function<void(int)>* part;
+  const OpenMpRuntime* omp;
+  int parts;
+  std::mutex mutex;
+  std::exception_ptr error;
+};
+
+void omp_part(void* data) {
+  auto* r = static_cast<OmpRound*>(data);
+  try {
+    const int n = r->omp->num_threads();
+    for (int k = r->omp->thread_num(); k < r->parts; k += n) (*r->part)(k);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(r->mutex);
+    if (!r->error) r->error = std::current_exception();
+  }
+}
+
+}  // namespace
+
 void WorkerPool::run(const std::function<void(int)>& part) {
+  if (const OpenMpRuntime& omp = openmp_runtime(); omp.parallel) {
+    OmpRound round{&part, &omp, threads(), {}, nullptr};
+    omp.parallel(&omp_part, &round, static_cast<unsigned>(threads()), 0);
+    if (round.error) std::rethrow_exception(round.error);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     part_ = &part;

@@ -16,9 +16,15 @@ Each class subclasses its ``torch.optim`` namesake: the same constructor, defaul
 Tensors: CPU float32, bfloat16 or float16 params (16-bit params get an f32 master copy,
 ``state[p]["master"]``), contiguous, one dtype per group for params and for grads.
 """
+import torch as _torch  # noqa: F401  (loads torch's OpenMP runtime before share_openmp looks)
+
+from .._engine import share_openmp as _share_openmp
 from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
 from .optimizers import (LAMB, LARS, SGD, Adagrad, Adam, Adamax, AdamW, Custom, Lion, NAdam,
                          RAdam, RMSprop, SparseAdam)
+
+# torch's CPU ops run on its OpenMP threads; optfuse's steps go there too (optfuse._engine).
+_share_openmp()
 
 __all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
            "SparseAdam", "Lion", "LAMB", "LARS", "Custom", "FusedOptimizer", "STEP_OPTIONS",
