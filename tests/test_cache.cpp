@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,9 +22,9 @@ namespace optfuse {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::expect_close;
 using testing::gen;
+using ::testing::HasSubstr;
 using testing::run_kernel;
 using testing::Tensors;
 
@@ -47,8 +48,9 @@ Graph momentum() {
 class TempDir {
  public:
   TempDir() {
-    path_ = (fs::temp_directory_path() / ("optfuse-test-" + std::to_string(::getpid()) + "-" +
-                                          std::to_string(counter_++))).string();
+    path_ = (fs::temp_directory_path() /
+             ("optfuse-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++)))
+                .string();
     fs::remove_all(path_);
   }
   ~TempDir() {
@@ -80,7 +82,8 @@ struct Recorded {
 std::vector<char> bytes_of(const std::string& s) { return std::vector<char>(s.begin(), s.end()); }
 
 std::string entry_file(const DiskCache& c, const std::string& key) {
-  for (const CacheEntry& e : c.list()) if (e.key == key) return e.path;
+  for (const CacheEntry& e : c.list())
+    if (e.key == key) return e.path;
   return "";
 }
 
@@ -155,7 +158,7 @@ void expect_recovers(const std::string& dir, const std::string& what,
   b.set_object_store(second.cache);
   auto k = b.kernel(sgd());
   EXPECT_EQ(b.counters().compiles, 1);
-  ASSERT_EQ(second.warnings->size(), 1u);
+  ASSERT_EQ(second.warnings->size(), 1u) << ::testing::PrintToString(*second.warnings);
   EXPECT_THAT((*second.warnings)[0], HasSubstr(path));
   check_runs(*k);
   EXPECT_EQ(second.cache->stats().rejected, 1u);
@@ -173,9 +176,8 @@ void write_all(const std::string& path, const std::string& s) {
 
 TEST(Cache, TruncatedEntry) {
   TempDir dir;
-  expect_recovers(dir.path(), "truncated", [](const std::string& p) {
-    fs::resize_file(p, fs::file_size(p) / 2);
-  });
+  expect_recovers(dir.path(), "truncated",
+                  [](const std::string& p) { fs::resize_file(p, fs::file_size(p) / 2); });
 }
 
 TEST(Cache, FlippedByte) {
@@ -184,6 +186,15 @@ TEST(Cache, FlippedByte) {
     std::string s = read_all(p);
     s[s.size() - 100] ^= 0x10;
     write_all(p, s);
+  });
+}
+
+// A FIFO in place of an entry: opening it for reading would wait for a writer forever.
+TEST(Cache, FifoInPlaceOfAnEntryIsAMissNotAHang) {
+  TempDir dir;
+  expect_recovers(dir.path(), "fifo", [](const std::string& p) {
+    fs::remove(p);
+    ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
   });
 }
 

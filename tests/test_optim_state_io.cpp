@@ -4,6 +4,7 @@
 // and the fault, and change nothing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "optfuse/engine.h"
@@ -272,6 +274,18 @@ TEST_F(CorruptState, TrailingBytesAndEmptyAndMissingFiles) {
   expect_unharmed();
 }
 
+TEST_F(CorruptState, ADirectoryOrAFifoIsAnIoErrorNeverAHang) {
+  std::string dir = testing::temp_path("a-directory");
+  std::filesystem::create_directories(dir);
+  EXPECT_THAT(rejected(dir), HasSubstr("not a regular file"));
+  std::filesystem::remove_all(dir);
+  std::string fifo = testing::temp_path("a-fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(rejected(fifo), HasSubstr("not a regular file"));
+  std::remove(fifo.c_str());
+  expect_unharmed();
+}
+
 TEST_F(CorruptState, WrongOptimizerType) {
   Model m = Model::make(kSizes, 31);
   auto sgd = Optimizer::create(engine(), {{"type", "sgd"}, {"momentum", 0.9}});
@@ -397,6 +411,31 @@ TEST(StateFiles, StructureSwitchedBetweenStepsRoundTrips) {
       }
     }
   }
+}
+
+// Saves to one path from two threads at once: each writes its own temporary file and renames
+// it into place, so the file left is one whole save (it loads), never a mix of two.
+TEST(StateFiles, ConcurrentSavesLeaveOneWholeFile) {
+  Trainer a(io_cases()[2], Model::make(kSizes, 61), true);
+  Trainer b(io_cases()[2], Model::make(kSizes, 62), true);
+  a.step(1);
+  b.step(1);
+  b.step(2);
+  std::string path = testing::temp_path("concurrent");
+  std::thread t1([&] {
+    for (int i = 0; i < 20; ++i) a.opt->save_state(path);
+  });
+  std::thread t2([&] {
+    for (int i = 0; i < 20; ++i) b.opt->save_state(path);
+  });
+  t1.join();
+  t2.join();
+  Trainer c(io_cases()[2], Model::make(kSizes, 63), true);
+  EXPECT_NO_THROW(c.opt->load_state(path));
+  std::remove(path.c_str());
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::filesystem::path(path).parent_path()))
+    EXPECT_EQ(e.path().string().find(path + ".tmp"), std::string::npos) << e.path();
 }
 
 TEST(StateFiles, SaveToAnUnwritablePathFailsCleanly) {

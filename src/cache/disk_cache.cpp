@@ -21,7 +21,8 @@ namespace {
 
 void check_key(const std::string& key) {
   bool ok = !key.empty() && key.size() <= 128;
-  for (char c : key) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
+  for (char c : key)
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
   if (!ok) throw Error("cache key '" + key + "' must be 1-128 letters, digits, '-' or '_'");
 }
 
@@ -36,7 +37,9 @@ double mtime_seconds(const std::string& path) {
 }
 
 bool is_entry(const fs::path& p) { return p.extension() == ".entry"; }
-bool is_temporary(const fs::path& p) { return p.filename().string().find(".tmp.") != std::string::npos; }
+bool is_temporary(const fs::path& p) {
+  return p.filename().string().find(".tmp.") != std::string::npos;
+}
 
 // What is wrong with entry `m` read from `path` for `key` and `info` ("" if nothing).
 std::string mismatch(const cache::Metadata& m, const std::string& key, const ObjectInfo* info) {
@@ -107,14 +110,18 @@ bool DiskCache::get(const std::string& key, const ObjectInfo& info, std::vector<
   std::string path = entry_path(key);
   std::vector<char> bytes;
   std::string error;
+  std::string problem;
   if (!cache::read_file(path, &bytes, &error)) {
-    if (errno != ENOENT) warn("cannot read kernel cache entry: " + error);
-    ++counters_.misses;
-    return false;
+    if (errno != EINVAL) {  // (EINVAL: not a regular file, an invalid entry below)
+      if (errno != ENOENT) warn("cannot read kernel cache entry: " + error);
+      ++counters_.misses;
+      return false;
+    }
+    problem = "not a regular file";
   }
   cache::Metadata m;
   std::vector<char> obj;
-  std::string problem = cache::decode(bytes, &m, &obj);
+  if (problem.empty()) problem = cache::decode(bytes, &m, &obj);
   if (problem.empty()) problem = mismatch(m, key, &info);
   if (!problem.empty()) {
     warn("kernel cache entry " + path + " is invalid: " + problem + "; recompiling");

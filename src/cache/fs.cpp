@@ -56,10 +56,17 @@ bool make_dirs(const std::string& dir, std::string* error) {
 
 bool read_file(const std::string& path, std::vector<char>* bytes, std::string* error,
                size_t limit) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO (or a device) put in place of a file must not block the open; such a
+  // file is refused below, before any read.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return fail(error, "cannot open " + path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return fail(error, "cannot stat " + path);
+  if (!S_ISREG(st.st_mode)) {
+    *error = path + " is not a regular file";
+    errno = EINVAL;  // (callers tell it from an absent file)
+    return false;
+  }
   bytes->resize(std::min(static_cast<size_t>(st.st_size), limit));
   size_t done = 0;
   while (done < bytes->size()) {

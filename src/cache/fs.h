@@ -8,7 +8,8 @@
 namespace optfuse::cache {
 
 bool make_dirs(const std::string& dir, std::string* error);
-// Reads the whole file, or only its first `limit` bytes.
+// Reads the whole file, or only its first `limit` bytes; a directory, FIFO or device is an error
+// with errno EINVAL (never a blocking open).
 bool read_file(const std::string& path, std::vector<char>* bytes, std::string* error,
                size_t limit = static_cast<size_t>(-1));
 // Writes `bytes` to a unique temporary file next to `path`, fsyncs it, renames it onto `path`

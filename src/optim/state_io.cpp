@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "cache/fs.h"
 #include "optfuse/error.h"
 #include "optim/device_support.h"
 #include "optim/optimizer_impl.h"
@@ -42,24 +43,19 @@ void append(std::string* out, const void* p, size_t n) {
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot open optimizer state file '" + path + "'");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::vector<char> bytes;
+  std::string error;
+  if (!cache::read_file(path, &bytes, &error))
+    throw IoError("cannot read optimizer state file: " + error);
+  return std::string(bytes.begin(), bytes.end());
 }
 
+// The cache's atomic write: a unique temporary file, fsync, rename, fsync of the directory; so
+// concurrent saves to one path leave one whole file, and a crash never leaves half of one.
 void write_file_atomically(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw IoError("cannot write optimizer state file '" + tmp + "'");
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) throw IoError("failed writing optimizer state file '" + tmp + "' (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw IoError("cannot rename '" + tmp + "' to '" + path + "'");
-  }
+  std::string error;
+  if (!cache::atomic_write(path, std::vector<char>(bytes.begin(), bytes.end()), &error))
+    throw IoError("cannot write optimizer state file: " + error);
 }
 
 }  // namespace
