@@ -283,6 +283,30 @@ TEST(Cache, UnwritableDirectoryDegradesToMemory) {
 }
 
 // A full disk, simulated by a file size limit in a child process: writes fail with EFBIG.
+// A cache directory every user can write to could be handed another user's code: such a cache
+// is neither read (an entry put there before is not used) nor written.
+TEST(Cache, WorldWritableDirectoryIsNotUsed) {
+  TempDir dir;
+  {
+    Recorded trusted(dir.path());
+    Engine a;
+    a.set_object_store(trusted.cache);
+    a.kernel(sgd());
+    EXPECT_EQ(trusted.cache->stats().writes, 2u);  // the kernel and the Halide runtime
+  }
+  fs::permissions(dir.path(), fs::perms::others_write, fs::perm_options::add);
+  Recorded shared(dir.path());
+  ASSERT_EQ(shared.warnings->size(), 1u);
+  EXPECT_THAT((*shared.warnings)[0], HasSubstr("writable by every user"));
+  EXPECT_TRUE(shared.cache->degraded());
+  Engine b;
+  b.set_object_store(shared.cache);
+  check_runs(*b.kernel(sgd()));
+  EXPECT_EQ(b.counters().compiles, 1);  // compiled, not loaded from the directory
+  EXPECT_EQ(shared.cache->stats().writes, 0u);
+  fs::permissions(dir.path(), fs::perms::others_write, fs::perm_options::remove);
+}
+
 TEST(Cache, FullDiskDegradesToMemory) {
   TempDir dir;
   fs::create_directories(dir.path());

@@ -16,6 +16,8 @@
 //   is removed so the next put() rewrites it. Nothing read from the cache can crash the process.
 // - A directory that cannot be created or written (read-only, disk full) degrades this cache to
 //   memory with one warning; reads from a read-only directory still work.
+// - A directory every user can write to, or one owned by another user (root excepted), is not
+//   used at all, with one warning: its entries are native code this process would run.
 // - lock(key) takes an flock on `<dir>/v1/locks/<key>.lock` (waiting at most lock_timeout_s): a
 //   dead holder's lock is released by the kernel, so there is never a deadlock.
 // - The total size is kept under max_bytes by evicting least-recently-used entries (a hit touches
@@ -106,6 +108,7 @@ class DiskCache : public ObjectStore {
   std::string root_;  // dir/v1
   mutable std::mutex mutex_;
   bool degraded_ = false;
+  bool untrusted_ = false;  // writable by other users: neither read nor written
   std::map<std::string, std::vector<char>> memory_;  // used once degraded
   mutable CacheStats counters_;
 };

@@ -266,6 +266,7 @@ class Optimizer {
   //   opt->bind_scalar(g, i, "step", TensorRef{&my_step, 1});   // torch's f32 state['step']
   //
   // A buffer the step needs that is not bound is created and owned by the optimizer as usual.
+  // save_state / load_state refuse an optimizer with caller-owned state (its owner saves it).
   struct StateSpec {
     std::string name;  // torch's state name ("exp_avg", ...; "master" for 16-bit params)
     DType dtype;       // the buffer's dtype (state_dtype, f32 for "master")

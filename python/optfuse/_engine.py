@@ -63,7 +63,8 @@ def share_openmp(library_hint: str = "libgomp") -> bool:
             paths = {line.split()[-1] for line in f if library_hint in line and "/" in line}
     except OSError:
         return False
-    for path in sorted(paths):
+    # torch's own first (other libraries, e.g. scikit-learn, may bring a libgomp of their own).
+    for path in sorted(paths, key=lambda q: ("/torch/" not in q, q)):
         try:
             lib = ctypes.CDLL(path)
             addr = [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value

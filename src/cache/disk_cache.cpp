@@ -61,7 +61,21 @@ DiskCache::DiskCache(CacheOptions options) : options_(std::move(options)) {
   if (options_.dir.empty()) throw Error("DiskCache needs a directory");
   root_ = (fs::path(options_.dir) / "v1").string();
   std::string error;
-  if (!cache::make_dirs(root_ + "/locks", &error)) degrade(error);
+  if (!cache::make_dirs(root_ + "/locks", &error)) {
+    degrade(error);
+    return;
+  }
+  // The entries are native code this process runs: a directory another user can write to could
+  // hand it theirs (cache/README.md, "Trust"). Such a cache is not read or written at all.
+  for (const std::string& d : {options_.dir, root_}) {
+    if (std::string why = cache::untrusted_directory(d); !why.empty()) {
+      untrusted_ = true;
+      degraded_ = counters_.degraded = true;
+      warn("kernel cache " + options_.dir + " is not used: " + why + " (it holds code this " +
+           "process would run); compiled kernels are kept in memory only");
+      return;
+    }
+  }
 }
 
 DiskCache::~DiskCache() = default;
@@ -106,6 +120,10 @@ bool DiskCache::get(const std::string& key, const ObjectInfo& info, std::vector<
     *object = it->second;
     ++counters_.hits;
     return true;
+  }
+  if (untrusted_) {
+    ++counters_.misses;
+    return false;
   }
   std::string path = entry_path(key);
   std::vector<char> bytes;

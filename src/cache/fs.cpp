@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -52,6 +53,17 @@ bool make_dirs(const std::string& dir, std::string* error) {
     return false;
   }
   return true;
+}
+
+std::string untrusted_directory(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return "";  // (the caller's own error paths report it)
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  if (st.st_uid != ::geteuid() && st.st_uid != 0)
+    return dir + " is owned by uid " + std::to_string(st.st_uid) + ", not this user";
+  if (st.st_mode & S_IWOTH) return dir + " is writable by every user (mode " + mode + ")";
+  return "";
 }
 
 bool read_file(const std::string& path, std::vector<char>* bytes, std::string* error,

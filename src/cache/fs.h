@@ -15,6 +15,10 @@ bool read_file(const std::string& path, std::vector<char>* bytes, std::string* e
 // Writes `bytes` to a unique temporary file next to `path`, fsyncs it, renames it onto `path`
 // and fsyncs the directory: readers see the old file or the whole new one, never a part.
 bool atomic_write(const std::string& path, const std::vector<char>& bytes, std::string* error);
+// Why `dir` cannot be trusted to hold code this process runs ("" if it can): owned by another
+// user (root excepted), or writable by everyone. (Group-writable is allowed: with per-user
+// groups and umask 002 every directory is.)
+std::string untrusted_directory(const std::string& dir);
 // Sets the file's modification time to now (the LRU clock); errors are ignored.
 void touch(const std::string& path);
 

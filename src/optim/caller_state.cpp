@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "optfuse/error.h"
+#include "optim/device_buffer.h"
+#include "optim/device_support.h"
 #include "optim/grad_prologue.h"
 #include "optim/optimizer_impl.h"
 #include "optim/precision.h"
@@ -59,6 +61,9 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
   if (buffer.memory != impl_->memory)
     throw Error(who + ": buffer in " + memory_name(buffer.memory) +
                 " memory but the params are in " + memory_name(impl_->memory) + " memory");
+  optim::check_device_pointer(impl_->cuda_context, buffer, "state buffer", who);
+  // (A device buffer of the optimizer's own may still be read by steps queued on a stream.)
+  if (t.device.count(name)) optim::synchronize(impl_->cuda_context);
   t.state.erase(name);
   t.state16.erase(name);
   t.device.erase(name);

@@ -104,8 +104,9 @@ void load_to_device(void* context, std::vector<std::vector<Optimizer::Impl::Tens
 void Optimizer::save_state(const std::string& path) const {
   for (size_t gi = 0; gi < impl_->groups.size(); ++gi)
     for (size_t ti = 0; ti < impl_->groups[gi].tensors.size(); ++ti)
-      if (!impl_->groups[gi].tensors[ti].bound.empty())
-        throw Error(Impl::where(gi, ti, impl_->groups[gi].tensors[ti].ref) +
+      if (const auto& t = impl_->groups[gi].tensors[ti];
+          !t.bound.empty() || !t.bound_scalars.empty())
+        throw Error(Impl::where(gi, ti, t.ref) +
                     ": its state is caller-owned (bind_state): its owner saves it");
   Options header = {{"type", impl_->rule->type()}, {"groups", Options::array()}};
   std::string data;
@@ -269,6 +270,12 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
 }  // namespace
 
 void Optimizer::load_state(const std::string& path) {
+  for (size_t gi = 0; gi < impl_->groups.size(); ++gi)
+    for (size_t ti = 0; ti < impl_->groups[gi].tensors.size(); ++ti)
+      if (const auto& t = impl_->groups[gi].tensors[ti];
+          !t.bound.empty() || !t.bound_scalars.empty())
+        throw Error(Impl::where(gi, ti, t.ref) +
+                    ": its state is caller-owned (bind_state): its owner loads it");
   const std::string bytes = read_file(path);
   auto bad = [&](const std::string& why) {
     return IoError("optimizer state file '" + path + "': " + why);

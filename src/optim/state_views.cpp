@@ -26,6 +26,14 @@ const std::vector<uint16_t>* Optimizer::state_bf16(size_t group, size_t index,
 
 std::vector<float> Optimizer::state_values(size_t group, size_t index,
                                            const std::string& name) const {
+  if (group_at(*impl_, group).tensors.size() > index &&
+      group_at(*impl_, group).tensors[index].bound.count(name)) {
+    TensorRef b = state_ref(group, index, name);
+    if (b.memory == Memory::Cuda)
+      throw Error(Impl::where(group) + ", tensor " + std::to_string(index) + ": state '" + name +
+                  "' is caller-owned device memory: read it from its owner");
+    return optim::widen_to_f32(b.data, b.dtype, b.numel);
+  }
   if (TensorRef d = state_ref(group, index, name); d.data && d.memory == Memory::Cuda) {
     auto it = group_at(*impl_, group).tensors[index].device.find(name);
     optim::synchronize(impl_->cuda_context);  // the steps queued on any stream are done
@@ -38,9 +46,6 @@ std::vector<float> Optimizer::state_values(size_t group, size_t index,
     it->second->download(bits.data());
     return optim::widen_to_f32(bits.data(), d.dtype, d.numel);
   }
-  if (TensorRef b = state_ref(group, index, name);
-      b.data && group_at(*impl_, group).tensors[index].bound.count(name))
-    return optim::widen_to_f32(b.data, b.dtype, b.numel);
   if (const std::vector<float>* f = state(group, index, name)) return *f;
   if (const std::vector<uint16_t>* b = state_bf16(group, index, name))
     return optim::widen_to_f32(b->data(), DType::BF16, static_cast<int64_t>(b->size()));

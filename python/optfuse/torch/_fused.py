@@ -45,8 +45,9 @@ def _undecorated(name: str) -> Callable:
 
 
 def _plain(value: Any) -> Any:
-    """A hyperparameter as the C++ side takes it: tensors as numbers, tuples as lists."""
-    if isinstance(value, torch.Tensor):
+    """A hyperparameter as the C++ side takes it: tensors (and numpy scalars) as numbers, tuples
+    as lists."""
+    if isinstance(value, torch.Tensor) or hasattr(value, "item"):
         return value.item()
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
@@ -61,7 +62,7 @@ class _Group:
     """One torch param group as bound to one C++ group."""
 
     __slots__ = ("index", "cpp", "params", "active", "ptrs", "numels", "grad_dtype", "keys",
-                 "synced", "spec", "sparse_keep")
+                 "synced", "spec", "sparse_keep", "states")
 
     def __init__(self, index, cpp, params, active, keys):
         self.index = index    # position in optimizer.param_groups
@@ -74,7 +75,8 @@ class _Group:
         self.keys = keys      # the group's keys the C++ rule takes
         self.synced: dict = {}
         self.spec: list = []
-        self.sparse_keep = None
+        self.sparse_keep: list = []  # this step's coalesced sparse gradients (SparseAdam)
+        self.states: list = []  # the optimizer.state dict of each param, as bound
 
 
 class _Binding:
@@ -85,8 +87,8 @@ class _Binding:
         self.state_obj = opt.state
         self.core = _core.Optimizer(engine(cuda), opt._optfuse_config())
         self.groups: list[_Group] = []
-        # Every tensor whose memory the C++ optimizer reads or writes, kept alive while it may
-        # (a state tensor replaced in optimizer.state by the user is not freed under it).
+        # The storage of every tensor the C++ optimizer reads or writes, kept alive while it may
+        # (a state tensor replaced in optimizer.state, or given new .data, is not freed under it).
         self.keep: list = []
         known = set(opt._optfuse_group_keys())
         for gi, group in enumerate(opt.param_groups):
@@ -105,7 +107,7 @@ class _Binding:
                                 _DTYPE_NAMES[grad.dtype] if grad is not None else "f32",
                                 _name(gi, i, p)))
             self.core.add_param_group(entries, g.synced, cuda)
-            self.keep.extend(params)
+            self.keep.extend(p.untyped_storage() for p in params)
             self.groups.append(g)
         for g in self.groups:
             self.bind_state(opt, g)
@@ -115,8 +117,11 @@ class _Binding:
         with torch's initial values, where missing)."""
         spec = self.core.state_spec(g.cpp)
         g.spec = spec
+        g.states = []
+        fresh = opt._optfuse_fresh
         for k, p in enumerate(g.params):
             st = opt.state[p]
+            g.states.append(st)
             for name, dtype, initial, from_param in spec:
                 want = _TORCH_DTYPES[dtype]
                 t = st.get(name)
@@ -128,12 +133,13 @@ class _Binding:
                     else:
                         t = torch.full_like(p, initial, dtype=want,
                                             memory_format=torch.contiguous_format)
+                        fresh.add(id(t))  # new state until a step is applied with it
                 else:
                     t = self._checked_state(t, p, name, want, g.index, g.active[k])
                 st[name] = t
-                self.keep.append(t)
+                self.keep.append(t.untyped_storage())
                 self.core.bind_state(g.cpp, k, name, t.data_ptr(), t.numel(), dtype,
-                                     made and not from_param)
+                                     id(t) in fresh)
             for name, initial in opt._optfuse_scalar_state():
                 s = st.get(name)
                 if not (isinstance(s, torch.Tensor) and s.device.type == "cpu" and s.dim() == 0
@@ -141,7 +147,7 @@ class _Binding:
                     s = torch.tensor(float(initial if s is None else _plain(s)),
                                      dtype=torch.float32)
                     st[name] = s
-                self.keep.append(s)
+                self.keep.append(s.untyped_storage())
                 self.core.bind_scalar(g.cpp, k, name, s.data_ptr(),
                                       "f64" if s.dtype == torch.float64 else "f32")
 
@@ -180,6 +186,12 @@ class FusedOptimizer:
                                  "(its kernels are already fused; use torch.optim for it)")
         self._optfuse_step_options = {k: v for k, v in step_options.items() if v is not None}
         self._optfuse_binding: Optional[_Binding] = None
+        # torch's fused constructors set this, and GradScaler.step then leaves unscaling and the
+        # inf check to the optimizer: optfuse's steps take GradScaler's usual path instead.
+        self._step_supports_amp_scaling = False
+        # ids of state tensors made for a step not yet applied (a refused, accumulated or
+        # skipped step): they are still new state at the next binding (SGD's first step).
+        self._optfuse_fresh: set = set()
         #: What the last step() did: ``outcome`` ("applied", "accumulated",
         #: "skipped_nonfinite"), ``total_norm`` (clip_grad_norm_'s value, or None),
         #: ``clip_coef``, ``loss_scale``, ``next_loss_scale``, ``micro_step``.
@@ -219,8 +231,24 @@ class FusedOptimizer:
     # for a torch.optim user, paid in the constructor. optfuse's step never runs under dynamo,
     # so it calls the functions underneath and starts in milliseconds.
     def add_param_group(self, param_group: dict) -> None:
+        for flag in _REFUSED_FLAGS:
+            if param_group.get(flag, False):
+                raise ValueError(f"{type(self).__name__}: {flag}=True is not supported by "
+                                 "optfuse (its kernels are already fused; use torch.optim for it)")
         _undecorated("add_param_group")(self, param_group)
         self._optfuse_binding = None
+
+    def __getstate__(self) -> dict:  # (copy.deepcopy, pickle): torch's keeps only its own keys
+        return {**super().__getstate__(), "_optfuse_step_options": self._optfuse_step_options}
+
+    def __setstate__(self, state: dict) -> None:
+        step = state.pop("_optfuse_step_options", {})
+        super().__setstate__(state)
+        self._optfuse_step_options = step
+        self._optfuse_binding = None
+        self._step_supports_amp_scaling = False
+        self._optfuse_fresh = set()
+        self.last_step = None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         _undecorated("zero_grad")(self, set_to_none)
@@ -230,14 +258,15 @@ class FusedOptimizer:
 
     def load_state_dict(self, state_dict: dict) -> None:
         # torch casts floating state to the param's dtype; keep f32 state of 16-bit params f32.
+        # (Saved ids map to params through the saved groups' "params" lists, as torch maps them.)
         raw = state_dict.get("state", {})
+        saved_groups = state_dict.get("param_groups", [])
         _undecorated("load_state_dict")(self, state_dict)
-        params = [p for g in self.param_groups for p in g["params"]]
+        ids = {i: p for sg, g in zip(saved_groups, self.param_groups)
+               for i, p in zip(sg["params"], g["params"])}
         for idx, saved in raw.items():
-            if not isinstance(idx, int) or idx >= len(params):
-                continue
-            p = params[idx]
-            if p.dtype not in (torch.bfloat16, torch.float16):
+            p = ids.get(idx)
+            if p is None or p.dtype not in (torch.bfloat16, torch.float16):
                 continue
             for k, v in saved.items():
                 if isinstance(v, torch.Tensor) and k != "step" and v.dtype == torch.float32:
@@ -263,7 +292,12 @@ class FusedOptimizer:
         stream = 0
         if b.cuda:
             stream = torch.cuda.current_stream().cuda_stream
-        self.last_step = b.core.step(stream)
+        self.last_step = r = b.core.step(stream)
+        if r["outcome"] == "applied":
+            self._optfuse_fresh.clear()
+            # The kernels wrote the params in place: autograd must see them as changed, as after
+            # torch's own in-place updates (a graph saved before the step then refuses backward).
+            torch.autograd.graph.increment_version([p for g in b.groups for p in g.params])
         return loss
 
     # ---- the per-step checks ------------------------------------------------------------------
@@ -288,8 +322,16 @@ class FusedOptimizer:
             if bg is not None and bg.index == gi:
                 k += 1
                 if len(bg.active) == len(params) and all(p.grad is not None for p in params):
-                    continue
-                if [i for i, p in enumerate(params) if p.grad is not None] != bg.active:
+                    active = params
+                elif [i for i, p in enumerate(params) if p.grad is not None] != bg.active:
+                    return False
+                else:
+                    active = [params[i] for i in bg.active]
+                # The same tensors (one may have been swapped into the group), with the same
+                # state dicts (del / assignment of optimizer.state[p], as ZeRO's load does).
+                state = self.state
+                if any(p is not q or state.get(p) is not d
+                       for p, q, d in zip(active, bg.params, bg.states)):
                     return False
             elif any(p.grad is not None for p in params):
                 return False

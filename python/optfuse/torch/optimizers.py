@@ -137,6 +137,8 @@ class SparseAdam(FusedOptimizer, torch.optim.SparseAdam):
 
     def _optfuse_sparse_grads(self, b: _Binding) -> None:
         for g in b.groups:
+            # The C++ optimizer reads the values at the step: keep every tensor's alive till then.
+            g.sparse_keep = []
             for k, p in enumerate(g.params):
                 grad = p.grad
                 if not grad.is_sparse:
@@ -152,8 +154,7 @@ class SparseAdam(FusedOptimizer, torch.optim.SparseAdam):
                 values = grad.values().contiguous()
                 b.core.set_sparse_grad(g.cpp, k, rows.data_ptr(), rows.numel(),
                                        values.data_ptr(), values.numel())
-                # The C++ optimizer reads them at the step: keep them alive until then.
-                g.sparse_keep = (rows, values)
+                g.sparse_keep.append((rows, values))
 
 
 def _check(cond: bool, message: str) -> None:
