@@ -101,13 +101,17 @@ void load_to_device(void* context, std::vector<std::vector<Optimizer::Impl::Tens
 
 }  // namespace
 
+// Error if some state is caller-owned (Optimizer::bind_state): its owner saves and loads it.
+static void refuse_caller_owned(const Optimizer::Impl& impl, const char* what) {
+  for (size_t gi = 0; gi < impl.groups.size(); ++gi)
+    for (size_t ti = 0; ti < impl.groups[gi].tensors.size(); ++ti)
+      if (const auto& t = impl.groups[gi].tensors[ti]; !t.bound.empty() || !t.bound_scalars.empty())
+        throw Error(Optimizer::Impl::where(gi, ti, t.ref) + ": its state is caller-owned (bind_state): its " +
+                    "owner " + what + " it");
+}
+
 void Optimizer::save_state(const std::string& path) const {
-  for (size_t gi = 0; gi < impl_->groups.size(); ++gi)
-    for (size_t ti = 0; ti < impl_->groups[gi].tensors.size(); ++ti)
-      if (const auto& t = impl_->groups[gi].tensors[ti];
-          !t.bound.empty() || !t.bound_scalars.empty())
-        throw Error(Impl::where(gi, ti, t.ref) +
-                    ": its state is caller-owned (bind_state): its owner saves it");
+  refuse_caller_owned(*impl_, "saves");
   Options header = {{"type", impl_->rule->type()}, {"groups", Options::array()}};
   std::string data;
   // Device state is read as the steps queued so far (on any stream) leave it.
@@ -270,12 +274,7 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
 }  // namespace
 
 void Optimizer::load_state(const std::string& path) {
-  for (size_t gi = 0; gi < impl_->groups.size(); ++gi)
-    for (size_t ti = 0; ti < impl_->groups[gi].tensors.size(); ++ti)
-      if (const auto& t = impl_->groups[gi].tensors[ti];
-          !t.bound.empty() || !t.bound_scalars.empty())
-        throw Error(Impl::where(gi, ti, t.ref) +
-                    ": its state is caller-owned (bind_state): its owner loads it");
+  refuse_caller_owned(*impl_, "loads");
   const std::string bytes = read_file(path);
   auto bad = [&](const std::string& why) {
     return IoError("optimizer state file '" + path + "': " + why);
