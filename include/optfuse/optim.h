@@ -189,10 +189,10 @@ struct StepArgs {
 //   * not yet on device tensors (Error at create / add_param_group / set naming the feature, all
 //     in src/optim/device_support.cpp): anything that needs a reduction kernel (clipping, loss
 //     scaling, gradient centralization, LAMB, LARS, custom rules with reductions) and row-sparse
-//     gradients (sparseadam / lazyadam), and bf16 params and "state_dtype": "bf16" (Halide 14 +
-//     LLVM 14 cannot compile an f32 -> bf16 store for CUDA). Gradient accumulation (its buffers
-//     on the device), f16 params (master copies made by a kernel on the device) and bf16 / f16
-//     grads work as on the CPU.
+//     gradients (sparseadam / lazyadam). Gradient accumulation (its buffers on the device),
+//     bf16 and f16 params (master copies made by a kernel on the device), "state_dtype": "bf16"
+//     (bf16 stores as integer rounding in the lowering, src/lower/bf16.h) and bf16 / f16 grads
+//     work as on the CPU (compiled and assembled for sm_80 / sm_90; not yet run on a GPU).
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",

@@ -1,5 +1,5 @@
 #pragma once
-// bf16 <-> f32 conversions as plain integer operations on CPU targets (internal; includes
+// bf16 <-> f32 conversions as plain integer operations (internal; includes
 // Halide.h).
 //
 // Why: Halide 14 emulates them (on every x86 target but avx512_sapphirerapids) as
@@ -20,7 +20,8 @@
 
 namespace optfuse::lower {
 
-// Adds the pass to `p` for CPU targets; GPU targets keep Halide's conversions.
+// Adds the pass to `p` for every target: on CUDA it is also what lets bf16 stores compile (LLVM
+// 14's NVPTX backend cannot select an f32 -> bf16 fp_round).
 void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target);
 
 }  // namespace optfuse::lower

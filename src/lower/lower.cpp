@@ -59,7 +59,6 @@ class PipelineBuilder {
     if (g_.outputs().empty() && g_.results().empty())
       throw Error("graph \"" + g_.name() + "\" has no outputs or results to compute");
     check_supported();
-    check_target(target);
     s_ = s;
     gpu_ = target.has_gpu_feature();
     funcs_.per_row = uses_rows(g_);
@@ -116,19 +115,6 @@ class PipelineBuilder {
                   std::string(op_name(row->op)) +
                   ": whole-tensor and per-row reductions in one kernel are not supported yet; "
                   "split the graph (the partitioner does)");
-  }
-
-  // LLVM 14's NVPTX backend aborts the process (an uncatchable "LLVM ERROR: Cannot select ...
-  // fp_round") on any f32 -> bf16 conversion; refuse such graphs before Halide reaches it. bf16
-  // inputs (loads, widened to f32) and f16 both compile.
-  void check_target(const Halide::Target& target) const {
-    if (!target.has_gpu_feature()) return;
-    for (const Node& n : g_.nodes())
-      if (n.dtype == DType::BF16 && n.op != Op::Input && n.op != Op::Scalar)
-        throw Error("graph \"" + g_.name() + "\": " + std::string(op_name(n.op)) +
-                    " to bf16 is not supported on GPU targets (" + target.to_string() +
-                    "): LLVM 14's NVPTX backend cannot compile f32 -> bf16 conversions; keep "
-                    "bf16 params and bf16 state on the CPU, or use f16 params");
   }
 
   std::vector<Output> sorted_outputs() const {
