@@ -19,6 +19,7 @@
 #include "support/engine.h"
 #include "support/gen.h"
 #include "support/objdump.h"
+#include "support/round_trip.h"
 
 namespace optfuse {
 namespace {
@@ -48,16 +49,6 @@ uint16_t bf16_nearest(float x) {
   return static_cast<uint16_t>(bits_of(static_cast<float>(r)) >> 16);  // exact: r is a bf16
 }
 
-// param (bf16) <- bf16(x); x (f32) <- f32(param): both directions in one kernel, in place.
-Graph round_trip() {
-  Graph gr("bf16_round_trip");
-  Value p = gr.param("param", DType::BF16);
-  Value x = gr.state("x", DType::F32);
-  gr.output("param", cast(x, DType::BF16));
-  gr.output("x", cast(p, DType::F32));
-  return gr;
-}
-
 // f32 bit patterns whose bf16 rounding is delicate: ties and near-ties (low half 0x7fff, 0x8000,
 // 0x8001 with even and odd kept bits), the subnormal range, the largest finite bf16 and what
 // overflows, infinities, and NaNs whose payload lies only in the low half (a carry into the
@@ -74,7 +65,7 @@ std::vector<uint32_t> edge_bits() {
 }
 
 TEST(Bf16, ConversionsMatchTheDefinitionBitForBit) {
-  auto k = testing::shared_engine().kernel(round_trip());
+  auto k = testing::shared_engine().kernel(testing::round_trip(DType::BF16));
   // Every bf16 bit pattern, plus a ragged tail, so vector bodies and the tail both run.
   const int64_t n = 65536 + 37;
   std::vector<uint16_t> param(n);

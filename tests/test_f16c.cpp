@@ -20,6 +20,7 @@
 #include "support/engine.h"
 #include "support/gen.h"
 #include "support/objdump.h"
+#include "support/round_trip.h"
 
 namespace optfuse {
 namespace {
@@ -39,27 +40,34 @@ uint16_t narrow(float x) {
 
 bool f16_is_nan(uint16_t b) { return (b & 0x7c00) == 0x7c00 && (b & 0x03ff) != 0; }
 
-// param (f16) <- f16(x); x (f32) <- f32(param): both directions in one kernel, in place.
-Graph round_trip() {
-  Graph gr("f16_round_trip");
-  Value p = gr.param("param", DType::F16);
-  Value x = gr.state("x", DType::F32);
-  gr.output("param", cast(x, DType::F16));
-  gr.output("x", cast(p, DType::F32));
-  return gr;
-}
-
 // f32 values whose f16 rounding is delicate: zeros, the subnormal range and its edges, ties to
 // even, the largest finite f16 and the first values that overflow, infinities, NaN.
 std::vector<float> edge_values() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, -65504.0f, 65519.99f, 65520.0f,
-                          -65520.0f, 1e6f, std::numeric_limits<float>::infinity(),
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          -65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          -65520.0f,
+                          1e6f,
+                          std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::quiet_NaN(), 1.0f + 1.0f / 2048,
-                          1.0f + 3.0f / 2048, 1.0f + 1.0f / 4096, std::ldexp(1.0f, -24),
-                          std::ldexp(1.0f, -25), std::ldexp(1.5f, -25), std::ldexp(1.0f, -26),
-                          std::ldexp(1.0f, -14), std::ldexp(1023.0f / 1024, -14),
-                          std::ldexp(1.0f, -15) * 1.5f, 1e-10f, -1e-10f,
+                          std::numeric_limits<float>::quiet_NaN(),
+                          1.0f + 1.0f / 2048,
+                          1.0f + 3.0f / 2048,
+                          1.0f + 1.0f / 4096,
+                          std::ldexp(1.0f, -24),
+                          std::ldexp(1.0f, -25),
+                          std::ldexp(1.5f, -25),
+                          std::ldexp(1.0f, -26),
+                          std::ldexp(1.0f, -14),
+                          std::ldexp(1023.0f / 1024, -14),
+                          std::ldexp(1.0f, -15) * 1.5f,
+                          1e-10f,
+                          -1e-10f,
                           std::numeric_limits<float>::denorm_min()};
   for (int e = -30; e <= 17; ++e)  // every binade the f16 range touches, ties and near-ties
     for (float m : {1.0f, 1.0009765625f, 1.00048828125f, 1.00048828125f + 1e-7f, 1.9995117f})
@@ -68,7 +76,7 @@ std::vector<float> edge_values() {
 }
 
 TEST(F16c, ConversionsMatchSoftwareIeeeBitForBit) {
-  auto k = testing::shared_engine().kernel(round_trip());
+  auto k = testing::shared_engine().kernel(testing::round_trip(DType::F16));
   // Every f16 bit pattern, plus a ragged tail, so vector bodies and the tail both run.
   const int64_t n = 65536 + 37;
   std::vector<uint16_t> param(n);
@@ -105,7 +113,7 @@ TEST(F16c, ConversionsMatchSoftwareIeeeBitForBit) {
 
 TEST(F16c, ObjectCodeConvertsWithSingleInstructions) {
   const std::string avx2 = "x86-64-linux-avx-avx2-f16c-fma-sse41";
-  const Graph g = canonicalize(round_trip());
+  const Graph g = canonicalize(testing::round_trip(DType::F16));
   const std::string with = testing::disassemble(
       jit::compile_kernel_object(g, jit::resolve_schedule(Schedule(), avx2), avx2, "k"));
   if (with.empty()) GTEST_SKIP() << "no objdump";
