@@ -1,6 +1,7 @@
 // Caller-owned state (Optimizer::state_spec / bind_state / bind_scalar): a framework that keeps
 // the optimizer state itself (the Python package keeps torch's optimizer.state) hands its
 // buffers to the optimizer, which reads and writes them in place instead of its own.
+#include <algorithm>
 #include <cmath>
 
 #include "optfuse/error.h"
@@ -43,21 +44,24 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
                            const TensorRef& buffer, bool fresh) {
   Impl::Tensor& t = tensor_at(*impl_, group, index);
   const std::string who = Impl::where(group, index, t.ref) + ": state '" + name + "'";
-  std::vector<StateSpec> spec = state_spec(group);
-  std::string known;
-  const StateSpec* s = nullptr;
-  for (const auto& e : spec) {
-    known += (known.empty() ? "" : ", ") + e.name;
-    if (e.name == name) s = &e;
+  // The group's kernel binding says which buffers exist; the spec's names are listed only for
+  // the error.
+  Impl::Group& g = group_at(*impl_, group);
+  resolve_kernel(*impl_, g, group);
+  if (name == optim::kGradAccum ||
+      std::find(g.state_names.begin(), g.state_names.end(), name) == g.state_names.end()) {
+    std::string known;
+    for (const auto& e : state_spec(group)) known += (known.empty() ? "" : ", ") + e.name;
+    throw Error(who + ": this group's step has no such state (it has: " + known + ")");
   }
-  if (!s) throw Error(who + ": this group's step has no such state (it has: " + known + ")");
+  const DType want = optim::state_buffer_dtype(name, g.precision);
   if (!buffer.data) throw Error(who + ": null buffer");
   if (buffer.numel != t.ref.param.numel)
     throw Error(who + ": buffer has " + std::to_string(buffer.numel) + " elements but param has " +
                 std::to_string(t.ref.param.numel));
-  if (buffer.dtype != s->dtype)
+  if (buffer.dtype != want)
     throw Error(who + ": buffer dtype " + std::string(dtype_name(buffer.dtype)) +
-                " but the state is " + std::string(dtype_name(s->dtype)));
+                " but the state is " + std::string(dtype_name(want)));
   if (buffer.memory != impl_->memory)
     throw Error(who + ": buffer in " + memory_name(buffer.memory) +
                 " memory but the params are in " + memory_name(impl_->memory) + " memory");

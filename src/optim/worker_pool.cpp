@@ -4,9 +4,7 @@
 
 namespace optfuse::optim {
 
-WorkerPool::WorkerPool(int threads) {
-  for (int k = 1; k < threads; ++k) workers_.emplace_back([this, k] { work(k); });
-}
+WorkerPool::WorkerPool(int threads) : threads_(threads) {}
 
 WorkerPool::~WorkerPool() {
   {
@@ -50,6 +48,8 @@ void WorkerPool::run(const std::function<void(int)>& part) {
     if (round.error) std::rethrow_exception(round.error);
     return;
   }
+  if (workers_.empty())
+    for (int k = 1; k < threads_; ++k) workers_.emplace_back([this, k] { work(k); });
   {
     std::lock_guard<std::mutex> lock(mutex_);
     part_ = &part;

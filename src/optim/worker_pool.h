@@ -20,7 +20,7 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  int threads() const { return threads_; }
 
   // Runs part(k) for k in [0, threads()) — part 0 on the caller — and returns when all are done.
   // The first exception thrown by any part is rethrown here.
@@ -29,7 +29,8 @@ class WorkerPool {
  private:
   void work(int k);
 
-  std::vector<std::thread> workers_;
+  int threads_;
+  std::vector<std::thread> workers_;  // started at the first round not on an OpenMP runtime
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   const std::function<void(int)>* part_ = nullptr;
