@@ -37,10 +37,9 @@ struct DtypeAxis {
   const char* name;
   DType param, grad;
 };
-const std::vector<DtypeAxis> kDtypes = {
-    {"f32", DType::F32, DType::F32},
-    {"bf16", DType::BF16, DType::BF16},
-    {"f16", DType::F16, DType::F16}};
+const std::vector<DtypeAxis> kDtypes = {{"f32", DType::F32, DType::F32},
+                                        {"bf16", DType::BF16, DType::BF16},
+                                        {"f16", DType::F16, DType::F16}};
 
 // A tensor of `n` elements of `t` over `storage` (an f32 array of at least n elements): as it is
 // for f32; for 16-bit dtypes, `storage` refilled with n 16-bit values of the same magnitudes.
@@ -60,11 +59,7 @@ TensorRef tensor_over(float* storage, int64_t n, DType t) {
 }
 
 Engine& matrix_engine() {
-  static Engine e([] {
-    EngineOptions eo;
-    eo.schedule_db = default_schedule_db();  // $OPTFUSE_SCHEDULES or none
-    return eo;
-  }());
+  static Engine e;  // the schedules every engine finds (resolve_schedule_db)
   return e;
 }
 
@@ -99,9 +94,9 @@ void BM_Matrix(benchmark::State& state, const std::string& type, const DtypeAxis
           {{tensor_over(a[0], n, dtype.param), tensor_over(a[1], n, dtype.grad), "w"}});
     }
     auto ceiling = e.kernel(tools::stream_4r3w_graph(), n);
-    KernelCall ceiling_call = make_call(*ceiling, {{"param", a[2]}, {"grad", a[5]},
-                                                   {"exp_avg", a[3]}, {"exp_avg_sq", a[4]}},
-                                        {}, n);
+    KernelCall ceiling_call = make_call(
+        *ceiling, {{"param", a[2]}, {"grad", a[5]}, {"exp_avg", a[3]}, {"exp_avg_sq", a[4]}}, {},
+        n);
     for (int i = 0; i < 3; ++i) {  // the first step compiles and creates the state
       opt->step();
       ceiling->run(ceiling_call);

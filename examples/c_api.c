@@ -47,8 +47,10 @@ int main(void) {
 
   optfuse_counters c;
   CHECK(optfuse_engine_counters(engine, &c));
-  printf("kernels compiled: %lld, lookups: %lld\n", (long long)c.compiles, (long long)c.lookups);
+  /* One kernel serves both tensors: compiled here, or loaded from the disk cache by a rerun. */
+  printf("kernels compiled: %lld, from the disk cache: %lld, lookups: %lld\n",
+         (long long)c.compiles, (long long)c.disk_hits, (long long)c.lookups);
   optfuse_optimizer_destroy(opt);
   optfuse_engine_destroy(engine);
-  return c.compiles == 1 ? 0 : 1;
+  return c.compiles == 1 || (c.compiles == 0 && c.disk_hits >= 1) ? 0 : 1;
 }

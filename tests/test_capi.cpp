@@ -36,7 +36,11 @@ std::string last_error() { return optfuse_last_error() ? optfuse_last_error() : 
 // Owns a C engine for one test.
 struct CEngine {
   optfuse_engine* e = nullptr;
-  CEngine() { EXPECT_EQ(optfuse_engine_create("host", 0, &e), OPTFUSE_OK) << last_error(); }
+  // Memory only (cache_dir NULL): the tests count compilations. examples/c_api.c runs the
+  // default, optfuse_engine_create with the disk cache.
+  CEngine() {
+    EXPECT_EQ(optfuse_engine_create_cached("host", 0, nullptr, &e), OPTFUSE_OK) << last_error();
+  }
   ~CEngine() { optfuse_engine_destroy(e); }
 };
 
@@ -239,7 +243,8 @@ TEST(CApi, BadTargetBadJsonUnknownTypeAndInvalidValues) {
             OPTFUSE_ERR_INVALID);
   EXPECT_EQ(o, nullptr);
   EXPECT_THAT(last_error(), HasSubstr("not valid JSON"));
-  EXPECT_EQ(C_CALL(optfuse_optimizer_create(ce.e, R"({"type": "lbfgs"})", &o)), OPTFUSE_ERR_INVALID);
+  EXPECT_EQ(C_CALL(optfuse_optimizer_create(ce.e, R"({"type": "lbfgs"})", &o)),
+            OPTFUSE_ERR_INVALID);
   EXPECT_THAT(last_error(), HasSubstr("unknown optimizer type 'lbfgs'"));
   EXPECT_EQ(C_CALL(optfuse_optimizer_create(ce.e, R"({"type": "sgd", "lr": -0.1})", &o)),
             OPTFUSE_ERR_INVALID);

@@ -47,7 +47,7 @@ Tensors data(const std::vector<std::string>& names, size_t n) {
 }
 
 TEST(Engine, SameStructureIsOneCompile) {
-  Engine e;
+  Engine e(testing::memory_only());  // counts compilations
   auto k1 = e.kernel(sgd("a"));
   auto k2 = e.kernel(sgd("b", /*swapped=*/true));  // other name, commutative operands swapped
   EXPECT_EQ(k1, k2);
@@ -284,7 +284,7 @@ TEST(Engine, ObjectStoreServesASecondEngine) {
 }
 
 TEST(Engine, ConcurrentRequestsCompileOnce) {
-  Engine e;
+  Engine e(testing::memory_only());  // counts compilations
   std::vector<std::thread> threads;
   std::vector<std::shared_ptr<const Kernel>> got(4);
   for (int t = 0; t < 4; ++t)

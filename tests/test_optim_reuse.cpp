@@ -13,6 +13,7 @@
 
 #include "optfuse/engine.h"
 #include "optfuse/optim.h"
+#include "support/engine.h"
 #include "support/gen.h"
 #include "support/optim_util.h"
 #include "support/reference_optim.h"
@@ -59,7 +60,7 @@ int64_t elements(const Model& m, size_t group) {
 }
 
 TEST(KernelReuse, AdamWModelOfThreeGroupsCompilesOneKernel) {
-  Engine engine;
+  Engine engine(testing::memory_only());  // counts compilations
   Model model = mixed_model();
   const double lr[kGroups] = {1e-3, 3e-3, 1e-2}, wd[kGroups] = {0.0, 0.01, 0.1};
   auto opt = Optimizer::create(engine, {{"type", "adamw"}, {"betas", {0.9, 0.99}}});
@@ -157,7 +158,7 @@ TEST(KernelReuse, AdamWModelOfThreeGroupsCompilesOneKernel) {
 }
 
 TEST(KernelReuse, SgdWithAndWithoutMomentumAreTwoKernels) {
-  Engine engine;
+  Engine engine(testing::memory_only());  // counts compilations
   Model model = Model::make({{10, 3000}, {7, 1}}, 9);
   auto opt = Optimizer::create(engine, {{"type", "sgd"}, {"lr", 0.1}});
   opt->add_param_group(model.refs(0), {{"momentum", 0.9}});
@@ -198,7 +199,7 @@ TEST(KernelReuse, SgdWithAndWithoutMomentumAreTwoKernels) {
 }
 
 TEST(KernelReuse, AdamAndAdamWAreDifferentKernelsSharedAcrossOptimizers) {
-  Engine engine;
+  Engine engine(testing::memory_only());  // counts compilations
   Model a = Model::make({{100}}, 1), b = Model::make({{100}}, 2), c = Model::make({{33, 7}}, 3);
   auto adam = Optimizer::create(engine, {{"type", "adam"}, {"weight_decay", 0.01}});
   auto adamw = Optimizer::create(engine, {{"type", "adamw"}, {"weight_decay", 0.01}});

@@ -2,9 +2,9 @@
 // DiskCache: a persistent, content-addressed store of compiled objects (kernels and the Halide
 // runtime of each target), shared by every process that points at the same directory.
 //
+//   optfuse::Engine engine;   // memory -> disk (default_cache_dir()) -> compile
 //   optfuse::EngineOptions eo;
-//   eo.cache_dir = optfuse::default_cache_dir();   // memory -> disk -> compile
-//   optfuse::Engine engine(eo);
+//   eo.cache_dir = "/scratch/kernels";   // another directory; eo.memory_only = true: none
 //
 // Contracts (format in cache/README.md):
 // - An entry is ONE file, `<dir>/v1/<key[0:2]>/<key>.entry`: a metadata record (JSON: the full

@@ -9,6 +9,7 @@
 // values and tensor sizes are call arguments, so one kernel serves every parameter group and every
 // shape with the same structure ("compile once, call many").
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -131,10 +132,17 @@ struct EngineOptions {
   std::string target = "host";
   int num_threads = 0;  // worker threads for kernels; 0 = hardware concurrency
   Schedule schedule;    // default schedule (CPU or GPU fields by target)
-  // Persistent compile cache (include/optfuse/cache.h): "" = none (memory only); otherwise a
-  // directory, e.g. optfuse::default_cache_dir(). Lookups go memory -> disk -> compile.
+  // Persistent compile cache (include/optfuse/cache.h), shared with other processes and the
+  // `optfuse` tool: this directory, or "" for default_cache_dir() ($OPTFUSE_CACHE_DIR, else
+  // $XDG_CACHE_HOME/optfuse, else ~/.cache/optfuse). Lookups go memory -> disk -> compile, so a
+  // second process starts without compiling. memory_only = true keeps kernels in this engine.
   std::string cache_dir;
+  bool memory_only = false;
   uint64_t cache_max_bytes = uint64_t{1} << 30;  // LRU size cap of that directory
+  // Receives the library's warnings (an unusable cache directory, a corrupt entry that is then
+  // recompiled, ...), on the thread that met the problem; unset: "optfuse: warning: ..." on
+  // stderr. Warnings never stop work: what fails is reported by throwing Error.
+  std::function<void(const std::string&)> warn;
   // Compile only (precompile(), precompile_runtime(), kernel_key(), lowered_stmt()); kernel()
   // throws. Without it, an engine for a CUDA target checks at creation that a CUDA driver and
   // device are usable and throws Error saying why not; a compile-only engine needs neither.
@@ -144,11 +152,11 @@ struct EngineOptions {
   // API, and so PyTorch, JAX and CuPy, use), so their tensors' pointers work as they are.
   void* cuda_context = nullptr;
   int cuda_device = 0;
-  // Tuned schedules (include/optfuse/schedules.h): "" = none; a database file, or a directory
-  // holding `<resolved target>.json` (none there: no tuned schedules). Read once at creation;
-  // Error if a named file is unreadable or invalid. Only kernel(g, size_hint) and the other
-  // size_hint overloads consult it; tools default it to $OPTFUSE_SCHEDULES or the repository's
-  // schedules/ (optfuse::default_schedule_db).
+  // Tuned schedules (include/optfuse/schedules.h): "" = where resolve_schedule_db() finds them
+  // ($OPTFUSE_SCHEDULES, the per-user directory `optfuse tune` writes to, the shipped databases);
+  // a database file, or a directory searched for this target's class; "none" = default schedules
+  // only. Read once at creation; Error if the file is unreadable or invalid. kernel(g, size_hint)
+  // and the other size_hint overloads consult it (the Optimizer passes each tensor's size).
   std::string schedule_db;
 };
 
@@ -230,6 +238,8 @@ class Engine {
   std::string lowered_stmt(const Graph& g) const;
 
   EngineCounters counters() const;
+  // The options as resolved: cache_dir is the directory in use ("" when memory_only),
+  // schedule_db the database file in use ("" when no tuned schedules apply).
   const EngineOptions& options() const;
   const std::string& target_string() const;  // the resolved Halide target, e.g. "x86-64-linux-avx2"
   int num_threads() const;

@@ -45,11 +45,12 @@ typedef struct {
 const char* optfuse_last_error(void);
 const char* optfuse_version(void);
 
-/* target: "host" or a Halide target string (NULL = "host"); num_threads: 0 = all cores. */
+/* target: "host" or a Halide target string (NULL = "host"); num_threads: 0 = all cores. Compiled
+ * kernels go to the persistent cache at the default location ($OPTFUSE_CACHE_DIR, else
+ * $XDG_CACHE_HOME/optfuse, else ~/.cache/optfuse), so a second process starts without compiling. */
 int optfuse_engine_create(const char* target, int num_threads, optfuse_engine** out);
-/* The same with the persistent kernel cache: cache_dir is a directory, or "" for the default
- * location ($OPTFUSE_CACHE_DIR, else $XDG_CACHE_HOME/optfuse, else ~/.cache/optfuse), or NULL for
- * memory only (what optfuse_engine_create does). */
+/* The same with the cache chosen: cache_dir is a directory, "" for the default location, or NULL
+ * for memory only (kernels kept in this engine). */
 int optfuse_engine_create_cached(const char* target, int num_threads, const char* cache_dir,
                                  optfuse_engine** out);
 void optfuse_engine_destroy(optfuse_engine* engine);

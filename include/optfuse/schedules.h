@@ -2,10 +2,9 @@
 // The schedule database: the best measured Schedule per (kernel structure, target, size), written
 // by `optfuse tune` (one JSON file per target, `schedules/<target>.json`) and read by the engine.
 //
-//   EngineOptions eo;
-//   eo.schedule_db = "schedules";             // a directory (<dir>/<resolved target>.json) or a
-//   file Engine engine(eo); auto k = engine.kernel(graph, n);         // the tuned schedule nearest
-//   n elements, else default
+//   Engine engine;                            // schedules found by resolve_schedule_db()
+//   auto k = engine.kernel(graph, n);         // the tuned schedule nearest n elements, else
+//   default
 //
 // Sizes: each entry was measured at `n` elements per tensor (the tuner measures a cache-resident
 // size and one far past the last-level cache). A call of n elements uses the entry whose measured
@@ -77,8 +76,27 @@ std::string schedule_db_file(const std::string& path, const std::string& resolve
 // (another architecture or OS, or a GPU target against a CPU one).
 int schedule_target_distance(const std::string& a, const std::string& b);
 
-// Where tools look when not told: $OPTFUSE_SCHEDULES (a file or directory) if set, else
-// `fallback_dir` (e.g. the repository's schedules/). The result is for EngineOptions::schedule_db.
-std::string default_schedule_db(const std::string& fallback_dir = "");
+// Where tuned schedules live. One rule for the library, every `optfuse` command (`tune` writes
+// where the others read) and the Python package; nothing about the source tree is compiled in.
+//
+// The per-user directory `optfuse tune` writes to: $XDG_DATA_HOME/optfuse/schedules, else
+// $HOME/.local/share/optfuse/schedules ("" if neither variable is set).
+std::string user_schedule_dir();
+// The databases this build came with, found from the file optfuse's code was loaded from (the
+// program, liboptfuse.so or the Python extension): `<its dir>/share/optfuse/schedules` (a build
+// tree, which copies schedules/ there, and the Python package) or `<its dir>/../share/...` and the
+// install tree's datadir relative to its libdir (`cmake --install`); "" if none exists.
+std::string shipped_schedule_dir();
+// The database file an engine for `resolved_target` reads, from EngineOptions::schedule_db or the
+// `--schedules` flag (`flag`):
+//   1. `flag` if given: a file, or a directory searched by schedule_db_file(); "none": none;
+//   2. else $OPTFUSE_SCHEDULES, the same way;
+//   3. else user_schedule_dir() when it holds a database for this machine's class;
+//   4. else shipped_schedule_dir().
+// "" = no tuned schedules (default schedules everywhere).
+std::string resolve_schedule_db(const std::string& flag, const std::string& resolved_target);
+// Where `optfuse tune` writes for `resolved_target` (`flag` as above; Error for "none"): a named
+// file; `<dir>/<resolved_target>.json` of a named directory; else in user_schedule_dir().
+std::string schedule_db_destination(const std::string& flag, const std::string& resolved_target);
 
 }  // namespace optfuse

@@ -8,8 +8,10 @@ Environment (read when an engine is first made):
                        ``$XDG_CACHE_HOME/optfuse`` or ``~/.cache/optfuse``); ``""`` = memory only
 ``OPTFUSE_THREADS``    worker threads for kernels (default: all cores)
 ``OPTFUSE_TARGET``     the CPU target (default ``host``; any Halide target string)
-``OPTFUSE_SCHEDULES``  tuned schedules, a database file or a directory of them (default: the
-                       databases shipped with the package)
+``OPTFUSE_SCHEDULES``  tuned schedules, a database file or a directory of them, ``none`` for
+                       default schedules (default: what ``optfuse tune`` wrote to
+                       ``~/.local/share/optfuse/schedules``, else the databases shipped with the
+                       package; include/optfuse/schedules.h)
 ``OPTFUSE_OPENMP``     ``0``: optfuse's parallel loops on its own threads even where torch's
                        OpenMP runtime is loaded (default: on torch's; see share_openmp)
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
+import warnings
 
 from . import _core
 
@@ -27,13 +29,22 @@ _engines: dict[str, _core.Engine] = {}
 
 def engine_options() -> dict:
     """The options the CPU engine is (or will be) made with, from the environment."""
-    shipped = Path(__file__).with_name("schedules")
+    cache_dir = os.environ.get("OPTFUSE_CACHE_DIR", _core.default_cache_dir())
     return {
         "target": os.environ.get("OPTFUSE_TARGET", "host"),
         "threads": int(os.environ.get("OPTFUSE_THREADS", "0")),
-        "cache_dir": os.environ.get("OPTFUSE_CACHE_DIR", _core.default_cache_dir()),
-        "schedule_db": _core.default_schedule_db(str(shipped) if shipped.is_dir() else ""),
+        "cache_dir": cache_dir,
+        "memory_only": cache_dir == "",
+        # "" = the C++ rule: $OPTFUSE_SCHEDULES, the per-user directory, the shipped databases.
+        "schedule_db": "",
+        "warn": _warn,
     }
+
+
+def _warn(message: str) -> None:
+    # The library's warnings (an unusable cache directory, a corrupt entry recompiled) as Python
+    # warnings, so that filters, logging.captureWarnings and pytest see them.
+    warnings.warn(f"optfuse: {message}", RuntimeWarning, stacklevel=2)
 
 
 def engine(cuda: bool = False) -> _core.Engine:

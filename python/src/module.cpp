@@ -137,7 +137,9 @@ NB_MODULE(_core, m) {
 
   m.def("version", [] { return std::string(OPTFUSE_VERSION); });
   m.def("default_cache_dir", &optfuse::default_cache_dir);
-  m.def("default_schedule_db", &optfuse::default_schedule_db, nb::arg("fallback_dir") = "");
+  m.def("resolve_schedule_db", &optfuse::resolve_schedule_db, nb::arg("flag"),
+        nb::arg("resolved_target"));
+  m.def("shipped_schedule_dir", &optfuse::shipped_schedule_dir);
   m.def("optimizer_types", &optfuse::optimizer_types);
   m.def("optimizer_defaults",
         [](const std::string& t) { return from_json(optfuse::optimizer_defaults(t)); });
@@ -160,20 +162,33 @@ NB_MODULE(_core, m) {
       .def(
           "__init__",
           [](PyEngine* self, const std::string& target, int threads, const std::string& cache_dir,
-             const std::string& schedule_db) {
+             bool memory_only, const std::string& schedule_db, nb::object warn) {
             optfuse::EngineOptions o;
             o.target = target;
             o.num_threads = threads;
             o.cache_dir = cache_dir;
+            o.memory_only = memory_only;
             o.schedule_db = schedule_db;
+            // Warnings may come from a step, which runs without the GIL; a callback that raises
+            // (a warnings filter set to "error") must not unwind through C++.
+            if (!warn.is_none())
+              o.warn = [warn](const std::string& message) {
+                nb::gil_scoped_acquire gil;
+                try {
+                  warn(message);
+                } catch (nb::python_error& e) {
+                  e.discard_as_unraisable("optfuse warning callback");
+                }
+              };
             new (self) PyEngine{std::make_unique<optfuse::Engine>(o)};
           },
           nb::arg("target") = "host", nb::arg("threads") = 0, nb::arg("cache_dir") = "",
-          nb::arg("schedule_db") = "")
+          nb::arg("memory_only") = false, nb::arg("schedule_db") = "", nb::arg("warn") = nb::none())
       .def_prop_ro("target", [](const PyEngine& e) { return e.engine->target_string(); })
       .def_prop_ro("threads", [](const PyEngine& e) { return e.engine->num_threads(); })
       .def_prop_ro("cache_dir", [](const PyEngine& e) { return e.engine->options().cache_dir; })
       .def_prop_ro("tuned_schedules", [](const PyEngine& e) { return e.engine->tuned_schedules(); })
+      .def_prop_ro("schedule_db", [](const PyEngine& e) { return e.engine->options().schedule_db; })
       .def("counters", [](const PyEngine& e) {
         optfuse::EngineCounters c = e.engine->counters();
         nb::dict d;

@@ -1,10 +1,9 @@
 // The C API: a thin shell over the C++ API that turns exceptions into status codes.
-#include "optfuse/optfuse.h"
-
 #include <exception>
 #include <new>
 #include <string>
 
+#include "optfuse/optfuse.h"
 #include "optfuse/optfuse.hpp"
 
 struct optfuse_engine {
@@ -48,8 +47,8 @@ int guarded(F&& f) {
   }
 }
 
-#define OPTFUSE_REQUIRE(ptr)                                                \
-  do {                                                                      \
+#define OPTFUSE_REQUIRE(ptr)                                                 \
+  do {                                                                       \
     if ((ptr) == nullptr) return fail(OPTFUSE_ERR_INVALID, #ptr " is NULL"); \
   } while (0)
 
@@ -68,7 +67,7 @@ const char* optfuse_last_error(void) { return g_last_error.c_str(); }
 const char* optfuse_version(void) { return OPTFUSE_VERSION; }
 
 int optfuse_engine_create(const char* target, int num_threads, optfuse_engine** out) {
-  return optfuse_engine_create_cached(target, num_threads, nullptr, out);
+  return optfuse_engine_create_cached(target, num_threads, "", out);
 }
 
 int optfuse_engine_create_cached(const char* target, int num_threads, const char* cache_dir,
@@ -76,13 +75,14 @@ int optfuse_engine_create_cached(const char* target, int num_threads, const char
   OPTFUSE_REQUIRE(out);
   *out = nullptr;
   if (num_threads < 0)
-    return fail(OPTFUSE_ERR_INVALID, "num_threads must be >= 0 (0 = all cores), got " +
-                                         std::to_string(num_threads));
+    return fail(OPTFUSE_ERR_INVALID,
+                "num_threads must be >= 0 (0 = all cores), got " + std::to_string(num_threads));
   return guarded([&] {
     optfuse::EngineOptions o;
     if (target) o.target = target;
     o.num_threads = num_threads;
-    if (cache_dir) o.cache_dir = *cache_dir ? cache_dir : optfuse::default_cache_dir();
+    if (cache_dir) o.cache_dir = cache_dir;  // "" = default_cache_dir()
+    o.memory_only = !cache_dir;
     *out = new optfuse_engine(std::move(o));
   });
 }
@@ -98,7 +98,8 @@ int optfuse_engine_counters(const optfuse_engine* engine, optfuse_counters* out)
   });
 }
 
-int optfuse_optimizer_create(optfuse_engine* engine, const char* config_json, optfuse_optimizer** out) {
+int optfuse_optimizer_create(optfuse_engine* engine, const char* config_json,
+                             optfuse_optimizer** out) {
   OPTFUSE_REQUIRE(engine);
   OPTFUSE_REQUIRE(config_json);
   OPTFUSE_REQUIRE(out);
@@ -148,7 +149,8 @@ int add_group(optfuse_optimizer* opt, size_t n, void* const* params, int param_d
         if (ndims[i] < 0 || (ndims[i] > 0 && shapes[i] == nullptr))
           throw optfuse::Error("tensor " + std::to_string(i) + ": shape is NULL or ndims < 0");
         if (ndims[i] == 0 && numels[i] != 1)
-          throw optfuse::Error("tensor " + std::to_string(i) + ": a 0-dim tensor has 1 element, numel is " +
+          throw optfuse::Error("tensor " + std::to_string(i) +
+                               ": a 0-dim tensor has 1 element, numel is " +
                                std::to_string(numels[i]));
         refs[i].param.shape.assign(shapes[i], shapes[i] + ndims[i]);
         refs[i].grad.shape = refs[i].param.shape;
@@ -223,7 +225,8 @@ int optfuse_optimizer_loss_scale(const optfuse_optimizer* opt, double* out) {
   return guarded([&] { *out = opt->opt->loss_scale(); });
 }
 
-int optfuse_optimizer_set_hyper(optfuse_optimizer* opt, size_t group, const char* name, double value) {
+int optfuse_optimizer_set_hyper(optfuse_optimizer* opt, size_t group, const char* name,
+                                double value) {
   OPTFUSE_REQUIRE(opt);
   OPTFUSE_REQUIRE(name);
   return guarded([&] { opt->opt->set(group, name, value); });
@@ -256,11 +259,12 @@ int optfuse_optimizer_set_grad(optfuse_optimizer* opt, size_t group, size_t inde
   return guarded([&] { opt->opt->set_grad(group, index, {grad, numel, {}}); });
 }
 
-int optfuse_optimizer_set_grad_typed(optfuse_optimizer* opt, size_t group, size_t index,
-                                     void* grad, optfuse_dtype dtype, int64_t numel) {
+int optfuse_optimizer_set_grad_typed(optfuse_optimizer* opt, size_t group, size_t index, void* grad,
+                                     optfuse_dtype dtype, int64_t numel) {
   OPTFUSE_REQUIRE(opt);
-  return guarded(
-      [&] { opt->opt->set_grad(group, index, {grad, numel, {}, c_dtype(dtype, "grad")}); });
+  return guarded([&] {
+    opt->opt->set_grad(group, index, {grad, numel, {}, c_dtype(dtype, "grad")});
+  });
 }
 
 int optfuse_optimizer_set_grad_device(optfuse_optimizer* opt, size_t group, size_t index,

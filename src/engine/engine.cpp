@@ -65,7 +65,7 @@ struct Engine::Impl {
   std::shared_ptr<jit::Session> session;  // created by the first kernel()
 
   std::unordered_map<std::string, bool> precompiled;  // keys stored by precompile()
-  ScheduleDb db;  // tuned schedules for this target (empty without EngineOptions::schedule_db)
+  ScheduleDb db;  // tuned schedules for this target (empty when none apply)
 
   // The schedule for calls of about `n` elements of `canonical` (resolved), tuned if the
   // database has an entry for it.
@@ -144,17 +144,26 @@ Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
       options.cuda_context = jit::cuda_primary_context(options.cuda_device);
   }
   impl_->options = std::move(options);
-  if (std::string file = schedule_db_file(impl_->options.schedule_db, impl_->target);
-      !file.empty()) {
-    ScheduleDb db = ScheduleDb::load(file);
+  std::string& schedules = impl_->options.schedule_db;
+  schedules = resolve_schedule_db(schedules, impl_->target);
+  if (!schedules.empty()) {
+    ScheduleDb db = ScheduleDb::load(schedules);
     // A database for another architecture, OS or device has nothing for this engine, so it is
     // ignored rather than misapplied; one for a sibling CPU class (schedule_db_file) applies.
-    if (schedule_target_distance(db.target(), impl_->target) >= 0) impl_->db = std::move(db);
+    if (schedule_target_distance(db.target(), impl_->target) >= 0) {
+      impl_->db = std::move(db);
+    } else {
+      schedules.clear();
+    }
   }
-  if (!impl_->options.cache_dir.empty()) {
+  if (impl_->options.memory_only) {
+    impl_->options.cache_dir.clear();
+  } else {
+    if (impl_->options.cache_dir.empty()) impl_->options.cache_dir = default_cache_dir();
     CacheOptions co;
     co.dir = impl_->options.cache_dir;
     co.max_bytes = impl_->options.cache_max_bytes;
+    co.warn = impl_->options.warn;
     impl_->store = std::make_shared<DiskCache>(std::move(co));
   }
 }

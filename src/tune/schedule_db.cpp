@@ -217,10 +217,4 @@ std::string schedule_db_file(const std::string& path, const std::string& resolve
   return best;
 }
 
-std::string default_schedule_db(const std::string& fallback_dir) {
-  const char* env = std::getenv("OPTFUSE_SCHEDULES");
-  if (env && *env) return env;
-  return fallback_dir;
-}
-
 }  // namespace optfuse
