@@ -3,9 +3,6 @@
 // nothing, maintenance sub-commands and their error messages.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,8 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "optfuse/optfuse.hpp"
-
-extern char** environ;
+#include "support/cli.h"
 
 namespace optfuse {
 namespace {
@@ -24,42 +20,7 @@ using ::testing::HasSubstr;
 
 const std::string kTinySpec = std::string(OPTFUSE_TEST_DATA_DIR) + "/specs/tiny.json";
 
-struct Result {
-  int rc = -1;
-  std::string out, err;
-  nlohmann::json json() const { return nlohmann::json::parse(out); }
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// Starts the CLI with `args`, stdout and stderr to files; returns its pid.
-pid_t start(const std::vector<std::string>& args, const std::string& out_prefix) {
-  std::vector<std::string> all = {OPTFUSE_CLI_PATH};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, (out_prefix + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, (out_prefix + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
-
-Result finish(pid_t pid, const std::string& out_prefix) {
-  Result r;
-  int status = 0;
-  if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) r.rc = WEXITSTATUS(status);
-  r.out = slurp(out_prefix + ".out");
-  r.err = slurp(out_prefix + ".err");
-  return r;
-}
+using Result = testing::CliResult;
 
 class CacheCli : public ::testing::Test {
  protected:
@@ -73,8 +34,7 @@ class CacheCli : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string cache() const { return dir_ + "/cache"; }
   Result cli(const std::vector<std::string>& args) {
-    std::string prefix = dir_ + "/io/" + std::to_string(n_++);
-    return finish(start(args, prefix), prefix);
+    return testing::run_cli(args, dir_ + "/io/" + std::to_string(n_++));
   }
   std::string dir_;
   int n_ = 0;
@@ -83,12 +43,13 @@ class CacheCli : public ::testing::Test {
 TEST_F(CacheCli, FourProcessesWarmOneDirectoryAtOnce) {
   std::vector<pid_t> pids;
   for (int i = 0; i < 4; ++i)
-    pids.push_back(start({"warmup", "--spec", kTinySpec, "--cache-dir", cache(), "--json"},
-                         dir_ + "/io/w" + std::to_string(i)));
+    pids.push_back(
+        testing::start_cli({"warmup", "--spec", kTinySpec, "--cache-dir", cache(), "--json"},
+                           dir_ + "/io/w" + std::to_string(i)));
   int64_t misses = 0, runtime_misses = 0;
   std::string key;
   for (int i = 0; i < 4; ++i) {
-    Result r = finish(pids[i], dir_ + "/io/w" + std::to_string(i));
+    Result r = testing::finish_cli(pids[i], dir_ + "/io/w" + std::to_string(i));
     ASSERT_EQ(r.rc, 0) << r.err;
     EXPECT_THAT(r.err, HasSubstr("[3/3]"));  // progress
     nlohmann::json j = r.json();
@@ -119,7 +80,7 @@ TEST_F(CacheCli, FourProcessesWarmOneDirectoryAtOnce) {
 
 TEST_F(CacheCli, WarmDemoCompilesNothing) {
   std::vector<std::string> demo = {"demo", "--cache-dir", cache(), "--layers", "1", "--d-model",
-                                   "64", "--vocab", "256", "--steps", "1", "--json"};
+                                   "64",   "--vocab",     "256",   "--steps",  "1", "--json"};
   Result cold = cli(demo);
   ASSERT_EQ(cold.rc, 0) << cold.err;
   EXPECT_GE(cold.json()["kernels_compiled"], 1);
@@ -129,9 +90,9 @@ TEST_F(CacheCli, WarmDemoCompilesNothing) {
   EXPECT_EQ(j["kernels_compiled"], 0);
   EXPECT_EQ(j["runtime_compiles"], 0);
   EXPECT_GE(j["disk_hits"], 2);
+  // Reported, not asserted (timings belong in benchmarks: bench/warm_start.sh).
   std::printf("start-up: cold %.1f ms, warm %.1f ms\n", cold.json()["startup_ms"].get<double>(),
               j["startup_ms"].get<double>());
-  EXPECT_LT(j["startup_ms"].get<double>(), 500);  // ~6 ms measured; generous for loaded CI
 }
 
 TEST_F(CacheCli, LsStatsPruneClear) {
@@ -176,8 +137,8 @@ TEST_F(CacheCli, CrossTargetsIncludingCudaWithoutAGpu) {
 }
 
 TEST_F(CacheCli, OtherGpuApisAreReported) {
-  Result r = cli({"warmup", "--spec", kTinySpec, "--cache-dir", cache(), "--target",
-                  "host-opencl", "--json"});
+  Result r = cli(
+      {"warmup", "--spec", kTinySpec, "--cache-dir", cache(), "--target", "host-opencl", "--json"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(r.json()["failed"], 2);  // the kernels; the runtime compiles
   EXPECT_THAT(r.err, HasSubstr("only the CUDA GPU backend is supported"));
@@ -199,10 +160,14 @@ TEST_F(CacheCli, SpecErrorsNameTheFile) {
 }
 
 TEST_F(CacheCli, HelpOnEveryCommand) {
-  for (auto args : std::vector<std::vector<std::string>>{
-           {"warmup", "--help"}, {"cache", "--help"}, {"cache", "ls", "--help"},
-           {"cache", "stats", "--help"}, {"cache", "verify", "--help"},
-           {"cache", "prune", "--help"}, {"cache", "clear", "--help"}, {"demo", "--help"}}) {
+  for (auto args : std::vector<std::vector<std::string>>{{"warmup", "--help"},
+                                                         {"cache", "--help"},
+                                                         {"cache", "ls", "--help"},
+                                                         {"cache", "stats", "--help"},
+                                                         {"cache", "verify", "--help"},
+                                                         {"cache", "prune", "--help"},
+                                                         {"cache", "clear", "--help"},
+                                                         {"demo", "--help"}}) {
     Result r = cli(args);
     EXPECT_EQ(r.rc, 0) << args[0];
     EXPECT_THAT(r.out, HasSubstr("--")) << args[0];

@@ -3,9 +3,9 @@
 // compile time and kernels, step time, effective bandwidth and its share of this machine's limit
 // (a 4-read-3-write kernel measured in the same run).
 #include <algorithm>
-#include <cstdarg>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -39,7 +39,7 @@ struct DemoOptions {
   std::string cache_dir;  // "" = default_cache_dir()
   bool no_cache = false;
   bool json = false;
-  std::string schedules;  // --schedules (tools/schedules_option.h)
+  std::string schedules;            // --schedules (tools/schedules_option.h)
   std::string optimizer = "adamw";  // any optimizer_types() name
   std::string dtype = "f32";        // params and grads: f32, bf16 or f16
   std::string state_dtype = "f32";  // optimizer state: f32 or bf16
@@ -179,11 +179,12 @@ int run_demo(const DemoOptions& o) {
   // Start-up: engine creation until every kernel of the first step is ready to call (with a warm
   // cache: no Halide compilation, objects read from disk and loaded into ORC).
   if (o.optimizer == "sparseadam")
-    throw Error("--optimizer sparseadam: the demo's gradients are dense (sparseadam takes "
-                "row-sparse gradients, see Optimizer::set_sparse_grad)");
+    throw UsageError(
+        "--optimizer sparseadam: the demo's gradients are dense (sparseadam takes "
+        "row-sparse gradients, see Optimizer::set_sparse_grad)");
   DType dtype = DType::F32;
   if (!parse_dtype(o.dtype, &dtype))
-    throw Error("--dtype: unknown dtype '" + o.dtype + "' (f32, bf16 or f16)");
+    throw UsageError("--dtype: unknown dtype '" + o.dtype + "' (f32, bf16 or f16)");
   const Options config = demo_config(o);
   const bool has_wd = optimizer_defaults(o.optimizer).contains("weight_decay");
   const Options overrides[2] = {has_wd ? Options{{"weight_decay", 0.1}} : Options::object(),
@@ -192,8 +193,9 @@ int run_demo(const DemoOptions& o) {
   EngineOptions eo;
   eo.target = o.target;
   eo.num_threads = o.threads;
-  if (!o.no_cache) eo.cache_dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
-  eo.schedule_db = tool_schedule_db(o.schedules);
+  eo.cache_dir = o.cache_dir;  // "" = default_cache_dir()
+  eo.memory_only = o.no_cache;
+  eo.schedule_db = o.schedules;
   Engine engine(eo);
   // The kernels the first step will use: per group, one per distinct tensor size when tuned
   // schedules are loaded (the optimizer picks them per size), else one.
@@ -208,22 +210,28 @@ int run_demo(const DemoOptions& o) {
   EngineCounters at_start = engine.counters();
   const bool classic = o.optimizer == "adamw" && dtype == DType::F32 && o.state_dtype == "f32";
   if (classic)
-    log(o, "optfuse demo: AdamW on a transformer-shaped model, %.1f M fp32 parameters in %zu tensors\n",
+    log(o,
+        "optfuse demo: AdamW on a transformer-shaped model, %.1f M fp32 parameters in %zu "
+        "tensors\n",
         total / 1e6, layout.size());
   else
-    log(o, "optfuse demo: %s on a transformer-shaped model, %.1f M %s parameters (grads %s, "
-        "state %s) in %zu tensors\n", o.optimizer.c_str(), total / 1e6, o.dtype.c_str(),
-        o.dtype.c_str(), o.state_dtype.c_str(), layout.size());
+    log(o,
+        "optfuse demo: %s on a transformer-shaped model, %.1f M %s parameters (grads %s, "
+        "state %s) in %zu tensors\n",
+        o.optimizer.c_str(), total / 1e6, o.dtype.c_str(), o.dtype.c_str(), o.state_dtype.c_str(),
+        layout.size());
   log(o, "target %s, %d threads, cache %s\n", engine.target_string().c_str(), engine.num_threads(),
-      eo.cache_dir.empty() ? "off (memory only)" : eo.cache_dir.c_str());
-  log(o, "schedules: %s\n", engine.tuned_schedules()
-                                 ? (std::to_string(engine.tuned_schedules()) + " tuned from " +
-                                    schedule_db_file(eo.schedule_db, engine.target_string()))
-                                       .c_str()
-                                 : "defaults (no tuned schedules for this target)");
-  log(o, "start-up (engine creation to kernels ready) %.1f ms: %lld kernels compiled, %lld runtime "
-      "compiles, %lld objects from the disk cache\n", startup * 1e3,
-      static_cast<long long>(at_start.compiles), static_cast<long long>(at_start.runtime_compiles),
+      o.no_cache ? "off (memory only)" : engine.options().cache_dir.c_str());
+  log(o, "schedules: %s\n",
+      engine.tuned_schedules() ? (std::to_string(engine.tuned_schedules()) + " tuned from " +
+                                  engine.options().schedule_db)
+                                     .c_str()
+                               : "defaults (no tuned schedules for this target)");
+  log(o,
+      "start-up (engine creation to kernels ready) %.1f ms: %lld kernels compiled, %lld runtime "
+      "compiles, %lld objects from the disk cache\n",
+      startup * 1e3, static_cast<long long>(at_start.compiles),
+      static_cast<long long>(at_start.runtime_compiles),
       static_cast<long long>(at_start.disk_hits));
 
   log(o, "allocating and filling params and grads ...\n");
@@ -260,9 +268,9 @@ int run_demo(const DemoOptions& o) {
   opt->step();
   double first_step = seconds_since(t0);
   EngineCounters after_first = engine.counters();
-  log(o, "first step %.1f ms (kernels compiled: %lld, compile time %.2f s, kernel lookups %lld, hits %lld)\n",
-      first_step * 1e3, static_cast<long long>(after_first.compiles), after_first.compile_seconds,
-      static_cast<long long>(after_first.lookups), static_cast<long long>(after_first.hits));
+  const double first_compile = after_first.compile_seconds - at_start.compile_seconds;
+  log(o, "first step %.1f ms (%.1f ms of it compiling; it also creates the state)\n",
+      first_step * 1e3, first_compile * 1e3);
   for (const auto& u : opt->kernel_uses())
     log(o, "  kernel %-10s %.12s...  serves %lld groups, %lld tensors, %.1f M elements\n",
         u.name.c_str(), u.key.c_str(), static_cast<long long>(u.groups),
@@ -272,6 +280,7 @@ int run_demo(const DemoOptions& o) {
   LimitProbe probe(engine, grads);
 
   std::vector<double> times, limit_times, shares;
+  int beat_limit = 0;
   for (int s = 0; s < o.steps; ++s) {
     // A learning-rate schedule: values change, the kernel does not.
     double lr = 3e-4 * (1.0 - 0.5 * s / std::max(1, o.steps));
@@ -281,6 +290,10 @@ int run_demo(const DemoOptions& o) {
     opt->step();
     times.push_back(seconds_since(ts));
     limit_times.push_back(probe.timed_pass());
+    // A step faster than the limit pass (noise, or a pass that ran while the machine was busy)
+    // counts as at the limit: a share never reads as more than the machine can do.
+    beat_limit += times.back() < limit_times.back();
+    limit_times.back() = std::min(limit_times.back(), times.back());
     shares.push_back(limit_times.back() / times.back());
     log(o, "step %d/%d: %.1f ms (limit pass %.1f ms)\n", s + 1, o.steps, times.back() * 1e3,
         limit_times.back() * 1e3);
@@ -302,6 +315,8 @@ int run_demo(const DemoOptions& o) {
       {"threads", engine.num_threads()},
       {"steps", o.steps},
       {"first_step_ms", first_step * 1e3},
+      {"first_step_compile_ms", first_compile * 1e3},
+      {"first_step_state_ms", std::max(0.0, first_step - first_compile - step_s) * 1e3},
       {"step_ms_median", step_s * 1e3},
       {"step_ms_min", *std::min_element(times.begin(), times.end()) * 1e3},
       {"bytes_per_step", bytes},
@@ -309,8 +324,9 @@ int run_demo(const DemoOptions& o) {
       {"gbps", gbps},
       {"ceiling_gbps", ceil_gbps},
       {"share_of_ceiling", share},
+      {"steps_faster_than_ceiling_pass", beat_limit},
       {"startup_ms", startup * 1e3},
-      {"cache_dir", eo.cache_dir},
+      {"cache_dir", engine.options().cache_dir},
       {"tuned_schedules", engine.tuned_schedules()},
       // The optimizer's kernels (the bandwidth probe's are not counted).
       {"kernels_compiled", after_first.compiles},
@@ -323,8 +339,11 @@ int run_demo(const DemoOptions& o) {
   };
   report["kernels"] = nlohmann::json::array();
   for (const auto& u : opt->kernel_uses())
-    report["kernels"].push_back({{"name", u.name}, {"key", u.key}, {"groups", u.groups},
-                                 {"tensors", u.tensors}, {"elements", u.elements}});
+    report["kernels"].push_back({{"name", u.name},
+                                 {"key", u.key},
+                                 {"groups", u.groups},
+                                 {"tensors", u.tensors},
+                                 {"elements", u.elements}});
   if (o.json) {
     std::cout << report.dump(2) << "\n";
     return 0;
@@ -339,19 +358,31 @@ int run_demo(const DemoOptions& o) {
     std::printf("traffic          %.2f GB per step (%.0f B/element, each tensor in its dtype)\n",
                 bytes / 1e9, bytes / static_cast<double>(total));
   std::printf("bandwidth        %.1f GB/s\n", gbps);
-  std::printf("machine limit    %.1f GB/s (4-read-3-write kernel, same tensors, same run)\n",
-              ceil_gbps);
-  std::printf("share of limit   %.2f (median of %d step / limit-pass pairs)\n", share, o.steps);
-  std::printf("kernels          %lld compiled in %.2f s; %lld lookups, %lld hits (in-process "
-              "table), %lld objects from the disk cache\n",
-              static_cast<long long>(after_first.compiles), after_first.compile_seconds,
-              static_cast<long long>(after_first.lookups), static_cast<long long>(after_first.hits),
-              static_cast<long long>(after_first.disk_hits));
+  std::printf(
+      "machine limit    %.1f GB/s: this machine's memory bandwidth for this traffic, a "
+      "4-read-3-write pass over the same tensors run between the steps\n",
+      ceil_gbps);
+  std::printf("share of limit   %.2f (median of %d step / limit-pass pairs", share, o.steps);
+  if (beat_limit) std::printf("; in %d the step beat the pass and counts as 1.00", beat_limit);
+  std::printf(")\n");
+  std::printf(
+      "kernels          %lld compiled in %.2f s; %lld lookups, %lld hits (in-process "
+      "table), %lld objects from the disk cache\n",
+      static_cast<long long>(after_first.compiles), after_first.compile_seconds,
+      static_cast<long long>(after_first.lookups), static_cast<long long>(after_first.hits),
+      static_cast<long long>(after_first.disk_hits));
   for (const auto& u : opt->kernel_uses())
     std::printf("                 %s serves %lld groups, %lld tensors (%.1f M elements)\n",
                 u.name.c_str(), static_cast<long long>(u.groups), static_cast<long long>(u.tensors),
                 u.elements / 1e6);
   std::printf("start-up         %.1f ms (engine creation to kernels ready)\n", startup * 1e3);
+  // The first step's extra time over a steady one is the state's creation: allocating it and the
+  // first write to every page (page faults), beside any kernel compiled in it.
+  const double touch = std::max(0.0, first_step - first_compile - step_s);
+  std::printf(
+      "first step       %.1f ms = compile %.1f ms + state creation and first touch %.1f ms "
+      "+ one step %.1f ms (the median)\n",
+      first_step * 1e3, first_compile * 1e3, touch * 1e3, step_s * 1e3);
   return 0;
 }
 
@@ -359,31 +390,42 @@ int run_demo(const DemoOptions& o) {
 
 void add_demo_command(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
-  CLI::App* cmd = app.add_subcommand("demo", "Run optimizer steps (AdamW by default) on a built-in "
-                                             "~100M-parameter transformer layout and report speed");
-  cmd->add_option("--steps", o->steps, "timed steps after the first")->check(CLI::Range(1, 100000))
+  CLI::App* cmd = app.add_subcommand("demo",
+                                     "Run optimizer steps (AdamW by default) on a built-in "
+                                     "~100M-parameter transformer layout and report speed");
+  cmd->add_option("--steps", o->steps, "timed steps after the first")
+      ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  cmd->add_option("--layers", o->layers, "transformer layers")->check(CLI::Range(0, 1000))
+  cmd->add_option("--layers", o->layers, "transformer layers")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
-  cmd->add_option("--d-model", o->d_model, "model width")->check(CLI::Range(1, 65536))
+  cmd->add_option("--d-model", o->d_model, "model width")
+      ->check(CLI::Range(1, 65536))
       ->capture_default_str();
-  cmd->add_option("--vocab", o->vocab, "vocabulary size")->check(CLI::Range(1, 10000000))
+  cmd->add_option("--vocab", o->vocab, "vocabulary size")
+      ->check(CLI::Range(1, 10000000))
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "worker threads (0 = all cores)")
-      ->check(CLI::Range(0, 1024))->capture_default_str();
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   cmd->add_option("--target", o->target, "Halide target string")->capture_default_str();
   cmd->add_option("--cache-dir", o->cache_dir,
                   "kernel cache directory (default: $OPTFUSE_CACHE_DIR, $XDG_CACHE_HOME/optfuse, "
                   "~/.cache/optfuse)");
   cmd->add_flag("--no-cache", o->no_cache, "keep compiled kernels in memory only");
   cmd->add_option("--optimizer", o->optimizer, "optimizer type (torch.optim names, or lion)")
-      ->check(CLI::IsMember(optimizer_types()))->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "param and grad dtype (16-bit params get f32 master "
+      ->check(CLI::IsMember(optimizer_types()))
+      ->capture_default_str();
+  cmd->add_option("--dtype", o->dtype,
+                  "param and grad dtype (16-bit params get f32 master "
                   "weights inside the optimizer)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}))->capture_default_str();
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
   cmd->add_option("--state-dtype", o->state_dtype, "optimizer state dtype")
-      ->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
-  cmd->add_flag("--json", o->json, "print a machine-readable JSON report (progress goes to stderr)");
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json,
+                "print a machine-readable JSON report (progress goes to stderr)");
   add_schedules_option(cmd, &o->schedules);
   cmd->callback([o] {
     int rc = run_demo(*o);

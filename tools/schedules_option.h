@@ -1,14 +1,12 @@
 #pragma once
-// The schedule database the tools run with (include/optfuse/schedules.h): `--schedules PATH` if
-// given, else $OPTFUSE_SCHEDULES, else the repository's schedules/ directory (its
-// `<resolved target>.json`, when present, is used). "none" (flag or variable): defaults only.
+// `--schedules PATH` on every command that compiles kernels: its value goes to
+// EngineOptions::schedule_db as it is, so each command finds the same database by the same rule
+// (resolve_schedule_db, include/optfuse/schedules.h) and `tune` writes where they read.
 #include <CLI/CLI.hpp>
 #include <string>
 
 namespace optfuse::tools {
 
 void add_schedules_option(CLI::App* cmd, std::string* flag);
-// The value for EngineOptions::schedule_db.
-std::string tool_schedule_db(const std::string& flag);
 
 }  // namespace optfuse::tools

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -57,7 +58,8 @@ ModelSpec load_spec(const std::string& path) {
     if (!names.insert(s.params.back().name).second)
       bad(path, "parameter '" + s.params.back().name + "' appears twice");
   }
-  nlohmann::json groups = j.value("param_groups", nlohmann::json::array({nlohmann::json::object({{"match", ""}})}));
+  nlohmann::json groups =
+      j.value("param_groups", nlohmann::json::array({nlohmann::json::object({{"match", ""}})}));
   if (!groups.is_array() || groups.empty()) bad(path, "\"param_groups\" must be a non-empty list");
   std::vector<int> owner(s.params.size(), -1);
   for (size_t gi = 0; gi < groups.size(); ++gi) {
@@ -94,14 +96,16 @@ ModelSpec load_spec(const std::string& path) {
         group.params.push_back(pi);
       }
     if (group.params.empty())
-      bad(path, where + " has no parameters (each group needs \"params\" or a \"match\" that "
-                        "selects parameters no earlier group took)");
+      bad(path, where +
+                    " has no parameters (each group needs \"params\" or a \"match\" that "
+                    "selects parameters no earlier group took)");
     s.groups.push_back(std::move(group));
   }
   for (size_t pi = 0; pi < s.params.size(); ++pi)
     if (owner[pi] < 0)
-      bad(path, "parameter '" + s.params[pi].name + "' is in no param group (add a group with "
-                "\"match\": \"\" to catch the rest)");
+      bad(path, "parameter '" + s.params[pi].name +
+                    "' is in no param group (add a group with "
+                    "\"match\": \"\" to catch the rest)");
   return s;
 }
 
@@ -115,7 +119,8 @@ std::vector<GroupGraph> group_graphs(const ModelSpec& spec, size_t gi) {
     plain["grad_centralization"] = false;
     GroupGraph centralized{update_graph(spec.optimizer, g.overrides), {}};
     GroupGraph rest{update_graph(spec.optimizer, plain), {}};
-    for (size_t pi : g.params) (spec.params[pi].shape.size() >= 2 ? centralized : rest).params.push_back(pi);
+    for (size_t pi : g.params)
+      (spec.params[pi].shape.size() >= 2 ? centralized : rest).params.push_back(pi);
     std::vector<GroupGraph> out;
     for (GroupGraph* gg : {&centralized, &rest})
       if (!gg->params.empty()) out.push_back(std::move(*gg));
@@ -123,6 +128,20 @@ std::vector<GroupGraph> group_graphs(const ModelSpec& spec, size_t gi) {
   } catch (const Error& e) {
     throw Error(spec.path + ": param_groups[" + std::to_string(gi) + "]: " + e.what());
   }
+}
+
+std::vector<SpecKernel> spec_kernels(const ModelSpec& spec, const GroupGraph& gg,
+                                     const Engine& engine) {
+  std::vector<SpecKernel> out;
+  std::map<std::string, size_t> index;
+  for (size_t pi : gg.params) {
+    const int64_t n = engine.tuned_schedules() ? spec.params[pi].numel : 0;
+    const std::string key = n ? engine.kernel_key(gg.graph, n) : engine.kernel_key(gg.graph);
+    auto [it, fresh] = index.emplace(key, out.size());
+    if (fresh) out.push_back({key, n, {}});
+    out[it->second].params.push_back(pi);
+  }
+  return out;
 }
 
 }  // namespace optfuse::tools

@@ -17,8 +17,8 @@ struct ModelSpec {
     int64_t numel = 1;
   };
   struct Group {
-    Options overrides;            // group options other than "params" / "match"
-    std::vector<size_t> params;   // indices into ModelSpec::params
+    Options overrides;           // group options other than "params" / "match"
+    std::vector<size_t> params;  // indices into ModelSpec::params
   };
   std::string path;
   std::string model;  // "model" field, else the file name
@@ -38,5 +38,16 @@ struct GroupGraph {
   std::vector<size_t> params;
 };
 std::vector<GroupGraph> group_graphs(const ModelSpec& spec, size_t gi);
+
+// The kernels `engine` compiles for one group graph, by kernel key, with the params each serves:
+// one kernel, or with tuned schedules one per schedule its tensors' sizes get (as the Optimizer
+// asks for them). `warmup` compiles these and `explain` prints them, so their keys agree.
+struct SpecKernel {
+  std::string key;
+  int64_t size_hint = 0;  // a tensor size it serves, for Engine::precompile(g, n); 0 = default
+  std::vector<size_t> params;
+};
+std::vector<SpecKernel> spec_kernels(const ModelSpec& spec, const GroupGraph& gg,
+                                     const Engine& engine);
 
 }  // namespace optfuse::tools

@@ -3,6 +3,7 @@
 #include "optfuse/tune.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -48,7 +49,7 @@ std::vector<Graph> graphs_to_tune(const TuneCmdOptions& o) {
     }
   }
   if (graphs.empty())
-    throw Error("tune: nothing to tune: give --optimizer NAME, --spec FILE or --all");
+    throw UsageError("tune: nothing to tune: give --optimizer NAME, --spec FILE or --all");
   return graphs;
 }
 
@@ -91,18 +92,26 @@ int run_tune(const TuneCmdOptions& o) {
                static_cast<long long>(last_level_cache_bytes() >> 20));
   TuneReport report = tune(graphs, to);
 
-  std::string db_path = o.db.empty() ? "schedules/" + report.target + ".json" : o.db;
+  std::string db_path = o.no_write ? "" : schedule_db_destination(o.db, report.target);
   if (!o.no_write) {
-    // Merge into the existing database of this target: other graphs and sizes are kept.
+    // Merge into the existing database of this target, so other graphs and sizes are kept; a new
+    // one starts from the database the engine reads now when that is for exactly this target
+    // (the shipped one, say), so tuning one kernel never drops the others' schedules.
+    std::string base = db_path;
+    if (!std::filesystem::exists(db_path)) base = resolve_schedule_db(o.db, report.target);
     ScheduleDb db(report.target);
-    if (FILE* f = std::fopen(db_path.c_str(), "r")) {
-      std::fclose(f);
-      db = ScheduleDb::load(db_path);
-      if (db.target() != report.target)
-        throw Error("tune: " + db_path + " holds schedules for target " + db.target() + ", not " +
-                    report.target + " (use --db)");
+    if (!base.empty() && std::filesystem::exists(base)) {
+      ScheduleDb existing = ScheduleDb::load(base);
+      if (existing.target() == report.target) {
+        db = std::move(existing);
+      } else if (base == db_path) {
+        throw Error("tune: " + db_path + " holds schedules for target " + existing.target() +
+                    ", not " + report.target + " (give another --schedules)");
+      }
     }
     for (const TunedSchedule& t : report.best) db.put(t);
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(db_path).parent_path(), ec);
     db.save(db_path);
   }
   if (o.json) {
@@ -144,7 +153,7 @@ void add_tune_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "tune",
       "Measure schedules for optimizer kernels on this machine and keep the best per "
-      "(kernel structure, target, size) in schedules/<target>.json");
+      "(kernel structure, target, size) in <schedules dir>/<target>.json");
   cmd->add_option("--spec", o->specs,
                   "model spec (JSON, examples/specs/README.md): tune every "
                   "param group's kernel (repeatable)")
@@ -170,7 +179,10 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "worker threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  cmd->add_option("--db", o->db, "database file (default: schedules/<resolved target>.json)");
+  cmd->add_option("--schedules,--db", o->db,
+                  "database file or directory to merge the results into (default: "
+                  "$OPTFUSE_SCHEDULES, else the per-user directory "
+                  "~/.local/share/optfuse/schedules, where every command reads first)");
   cmd->add_flag("--no-write", o->no_write, "measure and report only");
   cmd->add_flag("--list", o->list, "print the schedule space for --target and exit");
   cmd->add_flag("--json", o->json, "print the results as JSON (progress goes to stderr)");

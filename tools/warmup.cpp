@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -37,8 +38,9 @@ struct Item {
   Graph graph{""};
   int64_t size_hint = 0;  // a tensor size it serves (picks a tuned schedule); 0 = default
   int64_t groups = 0, tensors = 0, elements = 0;
-  std::string status;  // "hit", "compiled", "failed"
-  std::string error;
+  std::string status;  // "hit", "compiled", "not cached" (compiled, the cache refused it), "failed"
+  std::string error;   // for "failed": why
+  std::string warning;  // the cache's last warning while making it (e.g. it could not store it)
   double seconds = 0;
 };
 
@@ -58,7 +60,7 @@ std::vector<Item> plan(const ModelSpec& spec, const std::vector<std::string>& ta
     eo.target = target;
     eo.compile_only = true;  // GPU targets need no device to be compiled for
     eo.schedule_db = schedule_db;
-    Engine engine(eo);       // resolves the target (Error naming it if invalid); compiles nothing
+    Engine engine(eo);  // resolves the target (Error naming it if invalid); compiles nothing
     Item rt;
     rt.target = engine.target_string();
     rt.kind = "runtime";
@@ -69,28 +71,22 @@ std::vector<Item> plan(const ModelSpec& spec, const std::vector<std::string>& ta
       // A group with grad_centralization runs two graphs (tools/spec.h), each served by one
       // kernel per schedule its tensors get: with tuned schedules, per size.
       for (const GroupGraph& gg : group_graphs(spec, gi)) {
-        const Graph& graph = gg.graph;
-        std::map<std::string, std::vector<size_t>> params_by_key;
-        for (size_t pi : gg.params) {
-          int64_t n = engine.tuned_schedules() ? spec.params[pi].numel : 0;
-          params_by_key[n ? engine.kernel_key(graph, n) : engine.kernel_key(graph)].push_back(pi);
-        }
-        for (const auto& [key, params] : params_by_key) {
-          auto [it, fresh] = by_key.emplace(key, items.size());
+        for (const SpecKernel& sk : spec_kernels(spec, gg, engine)) {
+          auto [it, fresh] = by_key.emplace(sk.key, items.size());
           if (fresh) {
             Item k;
             k.target = engine.target_string();
             k.kind = "kernel";
-            k.name = graph.name();
-            k.key = key;
-            k.graph = graph;
-            k.size_hint = engine.tuned_schedules() ? spec.params[params.front()].numel : 0;
+            k.name = gg.graph.name();
+            k.key = sk.key;
+            k.graph = gg.graph;
+            k.size_hint = sk.size_hint;
             items.push_back(k);
           }
           Item& k = items[it->second];
           ++k.groups;
-          k.tensors += static_cast<int64_t>(params.size());
-          for (size_t pi : params) k.elements += spec.params[pi].numel;
+          k.tensors += static_cast<int64_t>(sk.params.size());
+          for (size_t pi : sk.params) k.elements += spec.params[pi].numel;
         }
       }
     }
@@ -106,10 +102,11 @@ void run_item(Item& item, const std::string& cache_dir, const std::string& sched
     eo.cache_dir = cache_dir;
     eo.compile_only = true;
     eo.schedule_db = schedule_db;
+    eo.warn = [&item](const std::string& w) { item.warning = w; };
     Engine engine(eo);
     bool found = item.kind == "runtime" ? engine.precompile_runtime()
-                 : item.size_hint ? engine.precompile(item.graph, item.size_hint)
-                                  : engine.precompile(item.graph);
+                 : item.size_hint       ? engine.precompile(item.graph, item.size_hint)
+                                        : engine.precompile(item.graph);
     item.status = found ? "hit" : "compiled";
   } catch (const Error& e) {
     item.status = "failed";
@@ -118,21 +115,48 @@ void run_item(Item& item, const std::string& cache_dir, const std::string& sched
   item.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// What the cache holds now decides "cached", not the absence of errors: an object compiled while
+// the disk filled up, or the directory became read-only, is "not cached".
+void mark_not_cached(std::vector<Item>* items, const std::string& dir) {
+  CacheOptions co;
+  co.dir = dir;
+  co.warn = [](const std::string&) {};
+  std::set<std::string> kernels, runtimes;
+  for (const CacheEntry& e : DiskCache(co).list(false))
+    (e.kind == "runtime" ? runtimes : kernels).insert(e.kind == "runtime" ? e.target : e.key);
+  for (Item& it : *items) {
+    if (it.status != "compiled" && it.status != "hit") continue;
+    const bool stored = it.kind == "runtime" ? runtimes.count(it.target) : kernels.count(it.key);
+    if (!stored) it.status = "not cached";
+  }
+}
+
 int run_warmup(const WarmupOptions& o) {
   auto t0 = Clock::now();
   FILE* progress = o.json ? stderr : stdout;
   ModelSpec spec = load_spec(o.spec);
   std::string dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
-  std::string schedule_db = tool_schedule_db(o.schedules);
+  const std::string& schedule_db = o.schedules;
+  {
+    // Compiling into a cache that keeps nothing would report work that is lost at exit.
+    std::string why;
+    CacheOptions co;
+    co.dir = dir;
+    co.warn = [&why](const std::string& w) { why = w; };
+    if (DiskCache(co).degraded()) throw Error("warmup: nothing can be cached: " + why);
+  }
   std::vector<Item> items = plan(spec, split(o.targets), schedule_db);
   int64_t tensors = 0;
   for (const auto& p : spec.params) tensors += p.numel;
-  std::fprintf(progress, "optfuse warmup: %s (%s), %zu parameters (%.1f M elements) in %zu groups; "
-               "%zu objects to check in %s\n", spec.model.c_str(), spec.optimizer.value("type", "").c_str(),
-               spec.params.size(), tensors / 1e6, spec.groups.size(), items.size(), dir.c_str());
+  std::fprintf(progress,
+               "optfuse warmup: %s (%s), %zu parameters (%.1f M elements) in %zu groups; "
+               "%zu objects to check in %s\n",
+               spec.model.c_str(), spec.optimizer.value("type", "").c_str(), spec.params.size(),
+               tensors / 1e6, spec.groups.size(), items.size(), dir.c_str());
   std::fflush(progress);
 
-  int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int jobs =
+      o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   jobs = std::min<int>(jobs, static_cast<int>(items.size()));
   std::atomic<size_t> next{0};
   std::mutex print;
@@ -143,12 +167,14 @@ int run_warmup(const WarmupOptions& o) {
       std::lock_guard<std::mutex> lock(print);
       const Item& it = items[i];
       std::fprintf(progress, "[%zu/%zu] %-18s %-7s %-14s %s in %.2f s", ++done, items.size(),
-                   it.target.c_str(), it.kind.c_str(), it.name.c_str(), it.status.c_str(), it.seconds);
+                   it.target.c_str(), it.kind.c_str(), it.name.c_str(), it.status.c_str(),
+                   it.seconds);
       if (it.kind == "kernel")
         std::fprintf(progress, " (serves %lld groups, %lld tensors, %.1f M elements)",
                      static_cast<long long>(it.groups), static_cast<long long>(it.tensors),
                      it.elements / 1e6);
       if (!it.error.empty()) std::fprintf(progress, "\n    error: %s", it.error.c_str());
+      if (!it.warning.empty()) std::fprintf(progress, "\n    warning: %s", it.warning.c_str());
       std::fprintf(progress, "\n");
       std::fflush(progress);
     }
@@ -158,7 +184,8 @@ int run_warmup(const WarmupOptions& o) {
   worker();
   for (auto& t : pool) t.join();
 
-  int64_t kernels = 0, hits = 0, misses = 0, failed = 0, rt_hits = 0, rt_misses = 0;
+  mark_not_cached(&items, dir);
+  int64_t kernels = 0, hits = 0, misses = 0, failed = 0, not_cached = 0, rt_hits = 0, rt_misses = 0;
   nlohmann::json list = nlohmann::json::array();
   for (const Item& it : items) {
     bool kernel = it.kind == "kernel";
@@ -166,8 +193,13 @@ int run_warmup(const WarmupOptions& o) {
     if (it.status == "hit") (kernel ? hits : rt_hits)++;
     if (it.status == "compiled") (kernel ? misses : rt_misses)++;
     failed += it.status == "failed";
-    nlohmann::json j = {{"target", it.target}, {"kind", it.kind}, {"name", it.name},
-                        {"status", it.status}, {"seconds", it.seconds}};
+    not_cached += it.status == "not cached";
+    nlohmann::json j = {{"target", it.target},
+                        {"kind", it.kind},
+                        {"name", it.name},
+                        {"status", it.status},
+                        {"seconds", it.seconds}};
+    if (!it.warning.empty()) j["warning"] = it.warning;
     if (kernel) {
       j["key"] = it.key;
       j["groups"] = it.groups;
@@ -179,38 +211,55 @@ int run_warmup(const WarmupOptions& o) {
   }
   double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (o.json) {
-    nlohmann::json report = {{"spec", o.spec}, {"model", spec.model}, {"cache_dir", dir},
-                             {"kernels", kernels}, {"hits", hits}, {"misses", misses},
-                             {"failed", failed}, {"runtime_hits", rt_hits},
-                             {"runtime_misses", rt_misses}, {"seconds", seconds}, {"items", list}};
+    nlohmann::json report = {{"spec", o.spec},
+                             {"model", spec.model},
+                             {"cache_dir", dir},
+                             {"kernels", kernels},
+                             {"hits", hits},
+                             {"misses", misses},
+                             {"failed", failed},
+                             {"not_cached", not_cached},
+                             {"runtime_hits", rt_hits},
+                             {"runtime_misses", rt_misses},
+                             {"seconds", seconds},
+                             {"items", list}};
     std::cout << report.dump(2) << "\n";
   } else {
-    std::printf("kernels %lld, hits %lld, misses %lld (compiled), failed %lld; runtimes: %lld hits, "
-                "%lld compiled; %.2f s\n", static_cast<long long>(kernels),
-                static_cast<long long>(hits), static_cast<long long>(misses),
-                static_cast<long long>(failed), static_cast<long long>(rt_hits),
-                static_cast<long long>(rt_misses), seconds);
+    std::printf(
+        "kernels %lld, hits %lld, misses %lld (compiled), failed %lld; runtimes: %lld hits, "
+        "%lld compiled; %.2f s\n",
+        static_cast<long long>(kernels), static_cast<long long>(hits),
+        static_cast<long long>(misses), static_cast<long long>(failed),
+        static_cast<long long>(rt_hits), static_cast<long long>(rt_misses), seconds);
+    if (not_cached)
+      std::printf(
+          "%lld objects are NOT in the cache (see the warnings above): the next process "
+          "compiles them again\n",
+          static_cast<long long>(not_cached));
   }
-  return failed ? 1 : 0;
+  return failed || not_cached ? 1 : 0;
 }
 
 }  // namespace
 
 void add_warmup_command(CLI::App& app) {
   auto o = std::make_shared<WarmupOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "warmup", "Compile every kernel a model spec's optimizer needs into the disk cache "
-                "(spec format: examples/specs/README.md)");
+  CLI::App* cmd =
+      app.add_subcommand("warmup",
+                         "Compile every kernel a model spec's optimizer needs into the disk cache "
+                         "(spec format: examples/specs/README.md)");
   cmd->add_option("--spec", o->spec, "model spec (JSON)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--target", o->targets,
-                  "Halide target(s), comma-separated, e.g. host,x86-64-linux-avx2,arm-64-linux,host-cuda "
-                  "(no GPU needed to compile for CUDA)")
+  cmd->add_option(
+         "--target", o->targets,
+         "Halide target(s), comma-separated, e.g. host,x86-64-linux-avx2,arm-64-linux,host-cuda "
+         "(no GPU needed to compile for CUDA)")
       ->capture_default_str();
   cmd->add_option("--cache-dir", o->cache_dir,
                   "cache directory (default: $OPTFUSE_CACHE_DIR, $XDG_CACHE_HOME/optfuse, "
                   "~/.cache/optfuse)");
   cmd->add_option("--jobs", o->jobs, "objects compiled at once (0 = one per core)")
-      ->check(CLI::Range(0, 256))->capture_default_str();
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON report (progress goes to stderr)");
   add_schedules_option(cmd, &o->schedules);
   cmd->callback([o] {
