@@ -105,10 +105,11 @@ inline std::string elf_object_problem(const char* data, size_t size, const ElfId
   constexpr char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
   if (size < 16) return "not an ELF object (" + std::to_string(size) + " bytes)";
   if (std::memcmp(data, kElfMagic, 4) != 0) return "not an ELF object (bad magic)";
-  auto cls = static_cast<unsigned char>(data[4]), order = static_cast<unsigned char>(data[5]);
-  if ((cls != kClass32 && cls != kClass64) || (order != kLittle && order != kBig) || data[6] != 1)
+  auto cls = static_cast<unsigned char>(data[4]), order = static_cast<unsigned char>(data[5]),
+       version = static_cast<unsigned char>(data[6]);
+  if ((cls != kClass32 && cls != kClass64) || (order != kLittle && order != kBig) || version != 1)
     return "corrupt ELF identification (class " + std::to_string(cls) + ", byte order " +
-           std::to_string(order) + ", version " + std::to_string(data[6]) + ")";
+           std::to_string(order) + ", version " + std::to_string(version) + ")";
   const bool is64 = cls == kClass64;
   const size_t header = is64 ? 64 : 52, entry = is64 ? 64 : 40;  // Elf*_Ehdr, Elf*_Shdr
   if (size < header)
