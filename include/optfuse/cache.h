@@ -8,12 +8,15 @@
 //
 // Contracts (format in cache/README.md):
 // - An entry is ONE file, `<dir>/v1/<key[0:2]>/<key>.entry`: a metadata record (JSON: the full
-//   key, kind, signature hash, versions, object size and XXH3-128 checksum, times) followed by the
-//   object bytes. It is written to a temporary file, fsync'ed and renamed, so a reader never sees
-//   a torn entry.
-// - get() returns bytes only if the magic, format, key, versions, signature (when the caller gives
-//   one), size and checksum all match; anything else is a miss with one warning, and the bad file
-//   is removed so the next put() rewrites it. Nothing read from the cache can crash the process.
+//   key, kind, target, signature hash, versions, object size and XXH3-128 checksum, times), an
+//   XXH3-128 checksum over that header and the object, then the object bytes. It is written to a
+//   temporary file, fsync'ed and renamed, so a reader never sees a torn entry.
+// - get() returns bytes only if the magic, format, key, versions, kind, target, signature (when
+//   the caller gives them), size and both checksums match, and the object is an ELF relocatable
+//   object of the target's architecture carrying (for a kernel) the target Halide compiled it
+//   for; anything else is a miss with one warning, and the bad file is removed so the next put()
+//   rewrites it (an entry of an earlier format is replaced the same way, without a warning).
+//   Nothing read from the cache can crash the process.
 // - A directory that cannot be created or written (read-only, disk full) degrades this cache to
 //   memory with one warning; reads from a read-only directory still work.
 // - A directory every user can write to, or one owned by another user (root excepted), is not

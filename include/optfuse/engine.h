@@ -179,7 +179,9 @@ struct ObjectInfo {
 };
 
 // The seam where a persistent cache plugs in: given a key, return a stored object file or
-// nothing; after a compile, store it. The default engine has no object store (memory only).
+// nothing; after a compile, store it. The default engine has no object store (memory only). A
+// returned object this process cannot load (not an ELF relocatable object for its machine) is
+// never handed to the JIT: the engine treats it as a miss, compiles and put()s the object again.
 class ObjectStore {
  public:
   virtual ~ObjectStore() = default;

@@ -1,5 +1,6 @@
 // DiskCache: entries are whole files replaced atomically; every read is checked against the key,
-// the caller's signature and the object's checksum before a byte is returned.
+// the caller's signature, the entry's checksums and the object's own ELF header (cache/entry.h)
+// before a byte is returned.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -139,10 +140,13 @@ bool DiskCache::get(const std::string& key, const ObjectInfo& info, std::vector<
   }
   cache::Metadata m;
   std::vector<char> obj;
-  if (problem.empty()) problem = cache::decode(bytes, &m, &obj);
+  bool older_format = false;
+  if (problem.empty()) problem = cache::decode(bytes, &m, &obj, true, &older_format);
   if (problem.empty()) problem = mismatch(m, key, &info);
   if (!problem.empty()) {
-    warn("kernel cache entry " + path + " is invalid: " + problem + "; recompiling");
+    // An earlier format's entry is what an upgrade leaves, not a fault: replaced without a word.
+    if (!older_format)
+      warn("kernel cache entry " + path + " is invalid: " + problem + "; recompiling");
     std::error_code ec;
     fs::remove(path, ec);
     ++counters_.rejected;

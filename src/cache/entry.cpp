@@ -1,12 +1,51 @@
 #include "cache/entry.h"
 
+#include <xxhash.h>
+
+#include <cctype>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
+#include "jit/elf.h"
 #include "jit/halide_bridge.h"
 
 namespace optfuse::cache {
+namespace {
+
+// The checksum line's hash: XXH3-128 of the magic and metadata lines (`head`, with their
+// newlines) followed by the object, so that an edit of any header field is caught as surely as
+// one of the object.
+std::string entry_hash(std::string_view head, const char* object, size_t size) {
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(),
+                                                                        &XXH3_freeState);
+  if (!state) throw std::bad_alloc();
+  XXH3_128bits_reset(state.get());
+  XXH3_128bits_update(state.get(), head.data(), head.size());
+  XXH3_128bits_update(state.get(), object, size);
+  XXH128_hash_t h = XXH3_128bits_digest(state.get());
+  return Hash128{h.high64, h.low64}.hex();
+}
+
+constexpr size_t kHashDigits = 32;
+
+// Whether `text` occurs in `bytes` as a whole C string: followed by a NUL and not preceded by a
+// character a target string can hold (so that it is not the tail of a longer target).
+bool contains_c_string(std::string_view bytes, const std::string& text) {
+  auto target_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  };
+  std::string needle = text + '\0';
+  for (size_t at = bytes.find(needle); at != std::string_view::npos;
+       at = bytes.find(needle, at + 1))
+    if (at == 0 || !target_char(bytes[at - 1])) return true;
+  return false;
+}
+
+}  // namespace
 
 std::string hash_hex(const char* data, size_t size) {
   return xxh3_128(std::string_view(data, size)).hex();
@@ -24,32 +63,75 @@ Metadata make_metadata(const std::string& key, const ObjectInfo& info,
   m.toolchain = jit::toolchain_version();
   m.object_bytes = object.size();
   m.object_xxh3 = hash_hex(object.data(), object.size());
-  m.created = std::chrono::duration<double>(
-                  std::chrono::system_clock::now().time_since_epoch()).count();
+  m.created =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   return m;
 }
 
 std::vector<char> encode(const Metadata& m, const std::vector<char>& object) {
-  nlohmann::json j = {{"format", kFormat},           {"key", m.key},
-                      {"kind", m.kind},               {"name", m.name},
-                      {"target", m.target},           {"signature_xxh3", m.signature_xxh3},
-                      {"optfuse_version", m.optfuse_version}, {"toolchain", m.toolchain},
-                      {"object_bytes", m.object_bytes}, {"object_xxh3", m.object_xxh3},
+  nlohmann::json j = {{"format", kFormat},
+                      {"key", m.key},
+                      {"kind", m.kind},
+                      {"name", m.name},
+                      {"target", m.target},
+                      {"signature_xxh3", m.signature_xxh3},
+                      {"optfuse_version", m.optfuse_version},
+                      {"toolchain", m.toolchain},
+                      {"object_bytes", m.object_bytes},
+                      {"object_xxh3", m.object_xxh3},
                       {"created", m.created}};
   std::string head = std::string(kMagic) + "\n" + j.dump() + "\n";
+  std::string sum = entry_hash(head, object.data(), object.size()) + "\n";
   std::vector<char> out(head.begin(), head.end());
+  out.insert(out.end(), sum.begin(), sum.end());
   out.insert(out.end(), object.begin(), object.end());
   return out;
 }
 
+std::string check_object(const Metadata& m, const char* object, size_t size) {
+  // An object for another machine would be linked by ORC and crash the process when called.
+  // (Targets whose objects are not ELF, e.g. WebAssembly, are not checked here; the JIT refuses
+  // any object that is not ELF for this machine.)
+  jit::ElfIdentity want;
+  if (jit::elf_identity_for_target(m.target, &want))
+    if (std::string why = jit::elf_object_problem(object, size, want); !why.empty())
+      return "the object is not one for target " + m.target + ": " + why;
+  // Same machine, other features (an AVX-512 kernel labelled AVX2 would die of SIGILL on an AVX2
+  // CPU): Halide writes the kernel's target into its metadata. The runtime carries no such text.
+  // (None is known for a target Halide has no code generator for: nothing here compiles for it,
+  // and the JIT refuses whatever is not for this machine.)
+  if (m.kind == "kernel") {
+    std::string text = jit::kernel_object_target(m.target);
+    if (!text.empty() && !contains_c_string(std::string_view(object, size), text))
+      return "the object was not compiled for target " + m.target + " (it does not carry \"" +
+             text + "\")";
+  }
+  return "";
+}
+
 std::string decode(const std::vector<char>& bytes, Metadata* m, std::vector<char>* object,
-                   bool check_object) {
-  size_t magic_len = std::strlen(kMagic);
-  if (bytes.size() < magic_len + 1 || std::memcmp(bytes.data(), kMagic, magic_len) != 0 ||
-      bytes[magic_len] != '\n')
-    return "not an optfuse cache entry of format " + std::to_string(kFormat) + " (bad magic line)";
-  const char* begin = bytes.data() + magic_len + 1;
+                   bool check_object_bytes, bool* older_format) {
+  if (older_format) *older_format = false;
   const char* end = bytes.data() + bytes.size();
+  size_t magic_len = std::strlen(kMagic), prefix_len = std::strlen(kMagicPrefix);
+  if (bytes.size() < magic_len + 1 || std::memcmp(bytes.data(), kMagic, magic_len) != 0 ||
+      bytes[magic_len] != '\n') {
+    // Another format's magic line: "optfuse-cache-entry <n>".
+    const char* newline = static_cast<const char*>(std::memchr(bytes.data(), '\n', bytes.size()));
+    std::string line = newline ? std::string(bytes.data(), newline) : std::string();
+    std::string number = line.size() > prefix_len && line.compare(0, prefix_len, kMagicPrefix) == 0
+                             ? line.substr(prefix_len)
+                             : std::string();
+    if (!number.empty() && number.size() < 6 &&
+        number.find_first_not_of("0123456789") == std::string::npos) {
+      bool older = std::stoi(number) < kFormat;
+      if (older_format) *older_format = older;
+      return "written in entry format " + number + " by " + (older ? "an older" : "a newer") +
+             " optfuse (this one reads format " + std::to_string(kFormat) + ")";
+    }
+    return "not an optfuse cache entry of format " + std::to_string(kFormat) + " (bad magic line)";
+  }
+  const char* begin = bytes.data() + magic_len + 1;
   const char* newline = static_cast<const char*>(std::memchr(begin, '\n', end - begin));
   if (!newline) return "truncated metadata";
   nlohmann::json j = nlohmann::json::parse(begin, newline, nullptr, /*allow_exceptions=*/false);
@@ -73,15 +155,23 @@ std::string decode(const std::vector<char>& bytes, Metadata* m, std::vector<char
     return "written by optfuse " + m->optfuse_version + ", this is " + OPTFUSE_VERSION;
   if (m->toolchain != jit::toolchain_version())
     return "written with " + m->toolchain + ", this is " + jit::toolchain_version();
-  size_t offset = static_cast<size_t>(newline + 1 - bytes.data());
+  if (!object && !check_object_bytes) return "";
+  std::string_view head(bytes.data(), static_cast<size_t>(newline + 1 - bytes.data()));
+  const char* sum = newline + 1;
+  if (static_cast<size_t>(end - sum) < kHashDigits + 1 || sum[kHashDigits] != '\n')
+    return "truncated entry (no checksum line)";
+  size_t offset = head.size() + kHashDigits + 1;
   size_t have = bytes.size() - offset;
-  if (!object && !check_object) return "";
+  const char* obj = bytes.data() + offset;
   if (have != m->object_bytes)
     return (have < m->object_bytes ? "truncated object: " : "object too long: ") +
            std::to_string(have) + " bytes, metadata says " + std::to_string(m->object_bytes);
-  if (hash_hex(bytes.data() + offset, have) != m->object_xxh3)
+  if (hash_hex(obj, have) != m->object_xxh3)
     return "object checksum mismatch (the object is corrupt)";
-  if (object) object->assign(bytes.begin() + static_cast<std::ptrdiff_t>(offset), bytes.end());
+  if (entry_hash(head, obj, have) != std::string_view(sum, kHashDigits))
+    return "entry checksum mismatch (the header was edited or is corrupt)";
+  if (std::string why = check_object(*m, obj, have); !why.empty()) return why;
+  if (object) object->assign(obj, end);
   return "";
 }
 

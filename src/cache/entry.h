@@ -1,7 +1,7 @@
 #pragma once
-// The entry file format (cache/README.md): a magic line, one line of metadata JSON, the object.
-// Decoding checks everything that can be checked without the caller; the caller then compares
-// the key, kind and signature with what it expects.
+// The entry file format (cache/README.md): a magic line, one line of metadata JSON, a checksum
+// line, the object. Decoding checks everything that can be checked without the caller; the
+// caller then compares the key, kind, target and signature with what it expects.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,8 +10,9 @@
 
 namespace optfuse::cache {
 
-inline constexpr const char* kMagic = "optfuse-cache-entry 1";
-inline constexpr int kFormat = 1;
+inline constexpr const char* kMagic = "optfuse-cache-entry 2";
+inline constexpr const char* kMagicPrefix = "optfuse-cache-entry ";  // of every format's magic
+inline constexpr int kFormat = 2;
 
 struct Metadata {
   std::string key, kind, name, target;
@@ -26,13 +27,22 @@ Metadata make_metadata(const std::string& key, const ObjectInfo& info,
                        const std::vector<char>& object);
 std::string hash_hex(const char* data, size_t size);
 
+// The entry's bytes; its checksum line is computed here, over the magic and metadata lines and
+// the object.
 std::vector<char> encode(const Metadata& m, const std::vector<char>& object);
 
 // Parses `bytes` as an entry: on success fills `*m` and `*object` (if non-null) and returns "";
 // otherwise returns what is wrong ("truncated object: ...", "checksum mismatch", ...). Checks the
-// magic, metadata syntax, versions (this build's optfuse, Halide and LLVM), size and checksum.
-// Only the metadata is checked when `object` is null and `check_object` is false.
+// magic, metadata syntax and versions (this build's optfuse, Halide and LLVM), then the object's
+// size and checksum, the checksum over the header and the object, and the object itself: an ELF
+// relocatable object of the target's architecture and, for a kernel, one that carries the
+// target text Halide writes for the target (check_object()). Only the metadata is checked when
+// `object` is null and `check_object_bytes` is false. `*older_format` (if non-null) tells whether
+// the entry is one of an earlier format, written by an older optfuse (not corrupt, but unusable).
 std::string decode(const std::vector<char>& bytes, Metadata* m, std::vector<char>* object,
-                   bool check_object = true);
+                   bool check_object_bytes = true, bool* older_format = nullptr);
+
+// What is wrong with `object` as the object entry `m` describes ("" if nothing): see decode().
+std::string check_object(const Metadata& m, const char* object, size_t size);
 
 }  // namespace optfuse::cache

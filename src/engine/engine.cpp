@@ -11,6 +11,7 @@
 #include "engine/key.h"
 #include "jit/cuda_driver.h"
 #include "jit/halide_bridge.h"
+#include "jit/jit.h"
 #include "jit/session.h"
 #include "lower/signature.h"
 #include "optfuse/cache.h"
@@ -82,18 +83,21 @@ struct Engine::Impl {
 
   // `key`'s object from the store, else compiled by `compile` and stored. While compiling, the
   // store's lock for `key` is held and the store is asked again once it is taken, so processes
-  // sharing a store compile each object once. `*found` says whether the store had it.
+  // sharing a store compile each object once. `*found` says whether the store had it. `loading`:
+  // the object is for this process's JIT, so a stored one the JIT would refuse (another machine's;
+  // a store need not check what it returns) is a miss, and the compiled one replaces it.
   template <typename Compile>
   std::vector<char> object(const std::string& key, const ObjectInfo& info, Compile&& compile,
-                           bool* found) {
+                           bool* found, bool loading) {
     std::vector<char> obj;
     *found = true;
-    if (store && store->get(key, info, &obj)) {
+    auto usable = [&] { return !loading || jit::Jit::object_problem(obj).empty(); };
+    if (store && store->get(key, info, &obj) && usable()) {
       ++counters.disk_hits;
       return obj;
     }
     std::shared_ptr<void> held = store ? store->lock(key) : nullptr;
-    if (held && store->get(key, info, &obj)) {
+    if (held && store->get(key, info, &obj) && usable()) {
       ++counters.disk_hits;
       return obj;
     }
@@ -109,7 +113,7 @@ struct Engine::Impl {
     return {"runtime", "halide-runtime", target, "halide-runtime"};
   }
 
-  std::vector<char> runtime_locked(bool* found) {
+  std::vector<char> runtime_locked(bool* found, bool loading) {
     return object(
         engine_detail::runtime_key(target), runtime_info(),
         [&] {
@@ -118,13 +122,13 @@ struct Engine::Impl {
           if (compiled) ++counters.runtime_compiles;
           return *obj;
         },
-        found);
+        found, loading);
   }
 
   jit::Session& session_locked() {
     if (session) return *session;
     bool found = false;
-    std::vector<char> runtime = runtime_locked(&found);
+    std::vector<char> runtime = runtime_locked(&found, /*loading=*/true);
     session = jit::Session::create(runtime, num_threads, jit::target_uses_cuda(target));
     return *session;
   }
@@ -210,7 +214,7 @@ std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const
         ++counters.compiles;
         return compiled;
       },
-      &found);
+      &found, /*loading=*/true);
   // After the kernel compiled: a graph or target that cannot be lowered fails before the ~0.8 s
   // runtime compile.
   jit::ArgvFn fn = session_locked().load_kernel(obj, fn_name);
@@ -251,7 +255,7 @@ bool Engine::Impl::precompile(const Graph& canonical, const std::string& name,
         ++counters.compiles;
         return compiled;
       },
-      &found);
+      &found, /*loading=*/false);
   precompiled.emplace(key, true);
   return found;
 }
@@ -259,7 +263,7 @@ bool Engine::Impl::precompile(const Graph& canonical, const std::string& name,
 bool Engine::precompile_runtime() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   bool found = false;
-  impl_->runtime_locked(&found);
+  impl_->runtime_locked(&found, /*loading=*/false);
   return found;
 }
 

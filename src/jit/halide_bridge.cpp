@@ -2,6 +2,7 @@
 
 #include <Halide.h>
 #include <llvm/Config/llvm-config.h>
+#include <llvm/IR/LLVMContext.h>
 #include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -13,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <mutex>
 
 #include "jit/kernel_object.h"
 #include "lower/lower.h"
@@ -126,6 +129,28 @@ std::vector<char> compile_kernel_object(const Graph& canonical, const Schedule& 
     lower::Lowered l = lower::lower(canonical, s, t);
     return compile_module_to_object(l.pipeline.compile_to_module(l.args, fn_name, t));
   });
+}
+
+std::string kernel_object_target(const std::string& target) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(target); it != known.end()) return it->second;
+  if (!Halide::Target::validate_target_string(target)) return "";
+  // The metadata records the code generator's target, which adds the features the requested
+  // ones imply (x86: avx2 -> avx -> sse41); asking a code generator is the only way that stays
+  // exact. Creating one generates no code.
+  std::string text;
+  try {
+    llvm::LLVMContext context;
+    text = Halide::Internal::CodeGen_LLVM::new_for_target(kernel_target(target), context)
+               ->get_target()
+               .to_string();
+  } catch (const Halide::Error&) {
+    // No code generator for it (an architecture this LLVM was built without, Hexagon without
+    // HVX): nothing is compiled for it either. Remembered too.
+  }
+  return known[target] = text;
 }
 
 std::vector<char> compile_runtime_object(const std::string& target) {

@@ -24,6 +24,13 @@ Schedule resolve_schedule(const Schedule& s, const std::string& target);
 std::vector<char> compile_kernel_object(const Graph& canonical, const Schedule& s,
                                         const std::string& target, const std::string& fn_name);
 
+// The target text Halide writes into a kernel object compiled for resolved target `target` (the
+// target field of its `<fn_name>_metadata`): the kernel target with the features its code
+// generator implies, e.g. "x86-64-linux-avx-avx2-no_runtime-sse41-user_context" for
+// "x86-64-linux-avx2". "" if `target` is not a valid target string or Halide has no code
+// generator for it. Computed once per target.
+std::string kernel_object_target(const std::string& target);
+
 // The Halide runtime for `target` as an object file (compiled once per target by the caller).
 std::vector<char> compile_runtime_object(const std::string& target);
 

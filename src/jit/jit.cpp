@@ -11,6 +11,7 @@
 
 #include <mutex>
 
+#include "jit/elf.h"
 #include "optfuse/error.h"
 
 namespace optfuse::jit {
@@ -55,7 +56,15 @@ std::unique_ptr<Jit> Jit::create() {
   return std::unique_ptr<Jit>(new Jit(std::move(impl)));
 }
 
+std::string Jit::object_problem(const std::vector<char>& object) {
+  return elf_object_problem(object.data(), object.size(), host_elf_identity());
+}
+
 void Jit::add_object(const std::vector<char>& object, const std::string& name) {
+  // ORC would link an object for another machine (an x86 process, AArch64 code) and the first
+  // call into it would crash the process: whatever handed it over, it stops here.
+  if (std::string why = object_problem(object); !why.empty())
+    throw Error("cannot load object " + name + ": " + why);
   auto buffer =
       llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), name);
   if (llvm::Error err = impl_->lljit->addObjectFile(std::move(buffer)))

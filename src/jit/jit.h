@@ -16,8 +16,11 @@ class Jit {
   Jit(const Jit&) = delete;
   Jit& operator=(const Jit&) = delete;
 
-  // Links an object file (copied) into the JIT; `name` identifies it in messages.
+  // Links an object file (copied) into the JIT; `name` identifies it in messages. Throws Error,
+  // before ORC sees it, for anything but an ELF relocatable object for this process's machine.
   void add_object(const std::vector<char>& object, const std::string& name);
+  // Why add_object() would refuse `object` ("" if it would not): see src/jit/elf.h.
+  static std::string object_problem(const std::vector<char>& object);
   // The address of `symbol`; throws Error naming it if absent or unresolvable.
   void* lookup(const std::string& symbol);
 
