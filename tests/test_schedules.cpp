@@ -17,6 +17,7 @@
 #include "support/engine.h"
 #include "support/gen.h"
 #include "support/run_kernel.h"
+#include "support/scoped_env.h"
 
 namespace optfuse {
 namespace {
@@ -424,6 +425,50 @@ TEST(CommittedDb, ParsesAndIsInCanonicalForm) {
     for (const TunedSchedule& e : db.entries()) EXPECT_EQ(e.graph.size(), 32u) << f.path();
   }
   std::printf("%d committed schedule database(s)\n", files);
+}
+
+// One rule for every reader and for `optfuse tune` (include/optfuse/schedules.h): the flag, then
+// $OPTFUSE_SCHEDULES, then the per-user directory, then the databases shipped with the build.
+TEST(ScheduleLocation, FlagThenEnvironmentThenUserThenShipped) {
+  const std::string dir = temp_dir("location");
+  const std::string host = testing::shared_engine().target_string();
+  testing::ScopedEnv env("OPTFUSE_SCHEDULES", nullptr);
+  testing::ScopedEnv data("XDG_DATA_HOME", dir + "/data");
+
+  // The build tree's copy of schedules/, found from this executable (build/tests/..), no path
+  // compiled in; it holds the committed databases.
+  const std::string shipped = shipped_schedule_dir();
+  ASSERT_FALSE(shipped.empty());
+  EXPECT_THAT(shipped, ::testing::EndsWith("/share/optfuse/schedules"));
+  EXPECT_FALSE(fs::is_empty(shipped));
+  EXPECT_EQ(resolve_schedule_db("", host), schedule_db_file(shipped, host));
+
+  EXPECT_EQ(user_schedule_dir(), dir + "/data/optfuse/schedules");
+  EXPECT_EQ(schedule_db_destination("", host), dir + "/data/optfuse/schedules/" + host + ".json");
+  ScheduleDb mine(host);
+  fs::create_directories(user_schedule_dir());
+  mine.save(schedule_db_destination("", host));
+  EXPECT_EQ(resolve_schedule_db("", host), schedule_db_destination("", host));  // user's first
+
+  const std::string file = dir + "/picked.json";
+  mine.save(file);
+  {
+    testing::ScopedEnv picked("OPTFUSE_SCHEDULES", file);
+    EXPECT_EQ(resolve_schedule_db("", host), file);
+    EXPECT_EQ(schedule_db_destination("", host), file);
+    // The flag wins over the variable.
+    EXPECT_EQ(resolve_schedule_db(user_schedule_dir(), host),
+              user_schedule_dir() + "/" + host + ".json");
+  }
+  {
+    testing::ScopedEnv none("OPTFUSE_SCHEDULES", "none");
+    EXPECT_EQ(resolve_schedule_db("", host), "");
+    EXPECT_THROW(schedule_db_destination("", host), Error);
+    EXPECT_EQ(resolve_schedule_db(file, host), file);
+  }
+  EXPECT_EQ(resolve_schedule_db("none", host), "");
+  EXPECT_EQ(schedule_db_destination(dir, host), dir + "/" + host + ".json");  // a directory
+  fs::remove_all(dir);
 }
 
 // The command line: `optfuse tune` writes a database that loads; `optfuse demo --schedules` uses
