@@ -1,4 +1,6 @@
 """The process-wide engines: one per target, made at first use, shared by every optimizer.
+The library's warnings (an unusable cache directory, a corrupt entry recompiled) arrive as
+Python ``RuntimeWarning``s.
 
 An engine owns the compiled kernels (in memory and in the disk cache), so sharing it means a
 kernel is compiled or loaded once per process whatever the number of optimizers.
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 
 from . import _core
 
@@ -37,14 +38,7 @@ def engine_options() -> dict:
         "memory_only": cache_dir == "",
         # "" = the C++ rule: $OPTFUSE_SCHEDULES, the per-user directory, the shipped databases.
         "schedule_db": "",
-        "warn": _warn,
     }
-
-
-def _warn(message: str) -> None:
-    # The library's warnings (an unusable cache directory, a corrupt entry recompiled) as Python
-    # warnings, so that filters, logging.captureWarnings and pytest see them.
-    warnings.warn(f"optfuse: {message}", RuntimeWarning, stacklevel=2)
 
 
 def engine(cuda: bool = False) -> _core.Engine:

@@ -162,28 +162,27 @@ NB_MODULE(_core, m) {
       .def(
           "__init__",
           [](PyEngine* self, const std::string& target, int threads, const std::string& cache_dir,
-             bool memory_only, const std::string& schedule_db, nb::object warn) {
+             bool memory_only, const std::string& schedule_db, bool python_warnings) {
             optfuse::EngineOptions o;
             o.target = target;
             o.num_threads = threads;
             o.cache_dir = cache_dir;
             o.memory_only = memory_only;
             o.schedule_db = schedule_db;
-            // Warnings may come from a step, which runs without the GIL; a callback that raises
-            // (a warnings filter set to "error") must not unwind through C++.
-            if (!warn.is_none())
-              o.warn = [warn](const std::string& message) {
+            // As Python RuntimeWarnings (filters, logging.captureWarnings and pytest see them).
+            // They may come from a step, which runs without the GIL; a filter that turns them
+            // into errors must not unwind through C++. Nothing Python is held by the engine.
+            if (python_warnings)
+              o.warn = [](const std::string& message) {
                 nb::gil_scoped_acquire gil;
-                try {
-                  warn(message);
-                } catch (nb::python_error& e) {
-                  e.discard_as_unraisable("optfuse warning callback");
-                }
+                const std::string text = "optfuse: " + message;
+                if (PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) < 0)
+                  PyErr_WriteUnraisable(nullptr);
               };
             new (self) PyEngine{std::make_unique<optfuse::Engine>(o)};
           },
           nb::arg("target") = "host", nb::arg("threads") = 0, nb::arg("cache_dir") = "",
-          nb::arg("memory_only") = false, nb::arg("schedule_db") = "", nb::arg("warn") = nb::none())
+          nb::arg("memory_only") = false, nb::arg("schedule_db") = "", nb::arg("python_warnings") = true)
       .def_prop_ro("target", [](const PyEngine& e) { return e.engine->target_string(); })
       .def_prop_ro("threads", [](const PyEngine& e) { return e.engine->num_threads(); })
       .def_prop_ro("cache_dir", [](const PyEngine& e) { return e.engine->options().cache_dir; })

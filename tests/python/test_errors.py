@@ -132,3 +132,22 @@ def test_sparse_adam_rejects_dense_gradients_as_torch_does():
     p.grad = torch.ones(4, 3)
     with pytest.raises(RuntimeError, match="does not support dense gradients"):
         opt.step()
+
+
+def test_library_warnings_are_python_warnings(tmp_path):
+    """A cache directory other users can write to is not used (cache/README.md, "Trust"); the
+    warning saying so reaches Python's warnings machinery, not bare stderr."""
+    from optfuse import _core
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.warns(RuntimeWarning, match="optfuse: kernel cache .* is not used"):
+        _core.Engine(cache_dir=str(shared))
+
+
+def test_shipped_schedules_are_found_next_to_the_extension():
+    from optfuse import _core
+
+    shipped = _core.shipped_schedule_dir()
+    assert shipped.endswith("optfuse/share/optfuse/schedules"), shipped
