@@ -50,7 +50,9 @@ struct Entry {
 Entry read_entry(const std::string& path) {
   std::string s = read_all(path);
   Entry e;
-  EXPECT_EQ(cache::decode(std::vector<char>(s.begin(), s.end()), &e.m, &e.object), "") << path;
+  EXPECT_EQ(cache::decode(std::vector<char>(s.begin(), s.end()), &e.m, &e.object, CacheOptions{}),
+            "")
+      << path;
   return e;
 }
 

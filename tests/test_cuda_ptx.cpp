@@ -137,6 +137,7 @@ TEST(CudaSchedule, BlockSizeIsAScheduleField) {
   EngineOptions o;
   o.target = kTarget;
   o.compile_only = true;
+  o.memory_only = true;  // precompile() below must compile, not find a cached object
   o.schedule.gpu_block = 128;
   Engine e(o);
   Graph g = update_graph({{"type", "sgd"}, {"lr", 0.1}});

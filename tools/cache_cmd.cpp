@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "optfuse/cache.h"
+#include "optfuse/engine.h"
 #include "tools/commands.h"
 
 namespace optfuse::tools {
@@ -23,8 +24,7 @@ std::string resolved_dir(const CacheCmdOptions& o) {
 }
 
 DiskCache open_cache(const CacheCmdOptions& o, bool quiet) {
-  CacheOptions co;
-  co.dir = resolved_dir(o);
+  CacheOptions co = engine_cache_options(resolved_dir(o));  // verify checks what a load would
   co.max_bytes = parse_size(o.max_size);
   if (quiet) co.warn = [](const std::string&) {};
   return DiskCache(co);

@@ -118,8 +118,7 @@ void run_item(Item& item, const std::string& cache_dir, const std::string& sched
 // What the cache holds now decides "cached", not the absence of errors: an object compiled while
 // the disk filled up, or the directory became read-only, is "not cached".
 void mark_not_cached(std::vector<Item>* items, const std::string& dir) {
-  CacheOptions co;
-  co.dir = dir;
+  CacheOptions co = engine_cache_options(dir);
   co.warn = [](const std::string&) {};
   std::set<std::string> kernels, runtimes;
   for (const CacheEntry& e : DiskCache(co).list(false))
@@ -140,8 +139,7 @@ int run_warmup(const WarmupOptions& o) {
   {
     // Compiling into a cache that keeps nothing would report work that is lost at exit.
     std::string why;
-    CacheOptions co;
-    co.dir = dir;
+    CacheOptions co = engine_cache_options(dir);
     co.warn = [&why](const std::string& w) { why = w; };
     if (DiskCache(co).degraded()) throw Error("warmup: nothing can be cached: " + why);
   }

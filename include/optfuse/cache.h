@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "optfuse/engine.h"
+#include "optfuse/object_store.h"
 
 namespace optfuse {
 
@@ -49,6 +49,15 @@ struct CacheOptions {
   double lock_timeout_s = 120;             // how long lock() waits for another compiler
   // Receives each warning (default: "optfuse: warning: ..." on stderr).
   std::function<void(const std::string&)> warn;
+  // What makes an entry usable by this process, from the compiler's side (the cache knows nothing
+  // of the compiler; engine_cache_options(), engine.h, fills both as an engine does): entries
+  // written with another `toolchain` are misses, and `check_object` says what is wrong with an
+  // object ("" if nothing) before get() returns it. Empty / unset: not checked, e.g. a cache
+  // opened only to list, prune or clear.
+  std::string toolchain;
+  std::function<std::string(const std::string& kind, const std::string& target, const char* data,
+                            size_t size)>
+      check_object;
 };
 
 // One entry, as `optfuse cache ls` shows it.

@@ -14,115 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "optfuse/cache.h"
 #include "optfuse/graph.h"
+#include "optfuse/kernel.h"
+#include "optfuse/object_store.h"
+#include "optfuse/schedule.h"
 
 namespace optfuse {
-
-// How a kernel is laid out over the machine. Part of every kernel key.
-struct Schedule {
-  int vector_width = 0;      // lanes per vector op; 0 = twice the target's natural f32 width
-  int tasks_per_thread = 1;  // parallel tasks per worker thread (few large tasks win, see DESIGN)
-  int64_t min_task = 16384;  // elements below which a call runs as a single task
-  // Vectors per iteration of the inner loop (1 = not unrolled): more independent loads in
-  // flight per task. Each task's vector count is rounded up to a multiple of it.
-  int unroll = 1;
-  // Elements per parallel task; 0 = split each call into num_threads * tasks_per_thread equal
-  // tasks. > 0: tasks of this fixed size (rounded up to whole vectors, at least min_task), as
-  // many as the call needs, so small calls make few tasks and huge ones many.
-  int64_t task_elems = 0;
-  // CPU targets: software prefetch distance in bytes (0 = none). The parallel tasks' loop
-  // prefetches every cache line of every input this far ahead of the vector it loads, so the
-  // memory system stays busy while the arithmetic of an update runs (src/lower/prefetch.h).
-  int prefetch = 2048;
-  // CPU targets: a second prefetch per line into L2 only, this many bytes ahead (0 = none).
-  // Farther than `prefetch`, it keeps more lines on their way from memory than the core's
-  // L1 miss slots allow, so the near prefetch then finds them in L2.
-  int prefetch_l2 = 16384;
-  // GPU targets only (ignored, and reset to 0, for CPU targets): threads per block; 0 = 256. On
-  // a GPU target vector_width is the consecutive elements each thread handles (0 = 4: one 128-bit
-  // access per f32 tensor) and tasks_per_thread / min_task are unused (reset to their defaults).
-  int gpu_block = 0;
-  // Stable text used in keys: "v16.t1.m16384" for CPU schedules (unchanged by gpu_block), with
-  // ".u4" / ".c65536" / ".p1024" / ".l16384" appended only when unroll / task_elems / prefetch /
-  // prefetch_l2 differ from their defaults (so keys of
-  // default schedules never change), and "gpu.v4.b256" for resolved GPU schedules.
-  std::string str() const;
-
-  bool operator==(const Schedule& o) const { return str() == o.str(); }
-  bool operator!=(const Schedule& o) const { return !(*this == o); }
-};
-
-// Everything a caller needs to know to call a compiled kernel.
-struct KernelSignature {
-  struct TensorArg {
-    std::string name;
-    Role role;
-    DType dtype;
-  };
-  struct ScalarArg {
-    std::string name;
-    DType dtype;
-  };
-  struct OutputArg {
-    std::string replaces;  // the tensor input it overwrites
-    DType dtype;
-  };
-  struct ResultArg {
-    std::string name;
-    DType dtype;  // the value's dtype in the graph; returned converted to double
-  };
-  std::vector<TensorArg> inputs;   // canonical order
-  std::vector<ScalarArg> scalars;  // canonical order
-  std::vector<OutputArg> outputs;  // canonical order
-  std::vector<ResultArg> results;  // sorted by name
-  // The graph has per-row reductions (row_sum, row_mean, ...): calls give KernelCall::cols.
-  bool per_row = false;
-  // The graph has whole-tensor reductions (reduce_sum, ...): one call reduces at most 2^30
-  // elements (Halide's int32 extents; longer calls of other kernels run in slices).
-  bool reduces = false;
-
-  int input_index(const std::string& name) const;   // -1 if absent
-  int scalar_index(const std::string& name) const;  // -1 if absent
-  int result_index(const std::string& name) const;  // -1 if absent
-};
-
-// One call: data pointers by signature position, scalar values (converted to each scalar's dtype
-// exactly once, from double), and the element count shared by all tensors.
-struct KernelCall {
-  std::vector<void*> inputs;    // signature.inputs order
-  std::vector<double> scalars;  // signature.scalars order
-  std::vector<void*> outputs;   // signature.outputs order; normally the same pointer as its input
-  int64_t n = 0;
-  // Kernels with signature.per_row: the row length (n must be a multiple of it); the tensors are
-  // viewed as [n / cols, cols], row-major. Ignored by other kernels.
-  int64_t cols = 0;
-  // Kernels with signature.results: where run() writes them, signature.results.size() doubles
-  // in signature.results order. For n == 0 the reductions give their empty values (sum 0,
-  // mean NaN, max -inf, min +inf).
-  double* results = nullptr;
-  // The pointers are CUDA device pointers (CUdeviceptr values). Required by kernels of CUDA
-  // targets (host pointers are rejected: no hidden copies), rejected by CPU kernels. Each must be
-  // 16-byte aligned (cuMemAlloc gives 256) and valid in the engine's CUDA context
-  // (EngineOptions::cuda_context: by default device 0's primary context, the one PyTorch's
-  // allocations live in). The launch is asynchronous on `cuda_stream`: synchronize that stream
-  // before reading results. Untested on a GPU so far (no device in CI).
-  bool device = false;
-  // CUDA kernels only: the CUstream to launch on (e.g. torch.cuda.current_stream().cuda_stream);
-  // null = the context's default stream.
-  void* cuda_stream = nullptr;
-};
-
-class Kernel {
- public:
-  virtual ~Kernel() = default;
-  virtual const KernelSignature& signature() const = 0;
-  virtual const std::string& key() const = 0;    // hex key (graph hash + schedule + target)
-  virtual const std::string& name() const = 0;   // the graph's name, for messages
-  virtual const Schedule& schedule() const = 0;  // the resolved schedule it was compiled with
-  // Runs the kernel. Checks pointer count, n >= 0, and KernelCall::device against the target (and
-  // the alignment of device pointers); data validity is the caller's contract.
-  virtual void run(const KernelCall& call) const = 0;
-};
 
 struct EngineOptions {
   // "host" or any Halide target string, e.g. "x86-64-linux-avx2". "host", also leading as in
@@ -138,6 +36,8 @@ struct EngineOptions {
   // second process starts without compiling. memory_only = true keeps kernels in this engine.
   std::string cache_dir;
   bool memory_only = false;
+  // Another store instead (include/optfuse/object_store.h): the engine then uses no directory.
+  std::shared_ptr<ObjectStore> object_store;
   uint64_t cache_max_bytes = uint64_t{1} << 30;  // LRU size cap of that directory
   // Receives the library's warnings (an unusable cache directory, a corrupt entry that is then
   // recompiled, ...), on the thread that met the problem; unset: "optfuse: warning: ..." on
@@ -169,39 +69,10 @@ struct EngineCounters {
   int64_t runtime_compiles = 0;  // Halide runtimes compiled by this engine (0 when cached)
 };
 
-// What the engine knows about an object besides its key; a store that records it must check it
-// on get (DiskCache does), so an entry for another kernel is a miss, never a wrong kernel.
-struct ObjectInfo {
-  std::string kind;       // "kernel" or "runtime"
-  std::string name;       // the graph's name (for listings only)
-  std::string target;     // resolved Halide target
-  std::string signature;  // signature_text() of a kernel; "halide-runtime" for a runtime
-};
-
-// The seam where a persistent cache plugs in: given a key, return a stored object file or
-// nothing; after a compile, store it. The default engine has no object store (memory only). A
-// returned object this process cannot load (not an ELF relocatable object for its machine) is
-// never handed to the JIT: the engine treats it as a miss, compiles and put()s the object again.
-class ObjectStore {
- public:
-  virtual ~ObjectStore() = default;
-  virtual bool get(const std::string& key, std::vector<char>* object) = 0;
-  virtual void put(const std::string& key, const std::vector<char>& object) = 0;
-  // The engine calls these; by default they ignore `info`.
-  virtual bool get(const std::string& key, const ObjectInfo& info, std::vector<char>* object) {
-    return get(key, object);
-  }
-  virtual void put(const std::string& key, const ObjectInfo& info,
-                   const std::vector<char>& object) {
-    put(key, object);
-  }
-  // Held (until the returned handle is released) while `key` is compiled, so that other
-  // processes sharing the store wait for it instead of compiling it again. Default: no lock.
-  virtual std::shared_ptr<void> lock(const std::string& key) { return nullptr; }
-};
-
-// A stable text of a signature (names, roles, dtypes in canonical order), checked by stores.
-std::string signature_text(const KernelSignature& s);
+// The options a DiskCache at `dir` needs to serve engines (and `optfuse cache verify` to check
+// what a load would): this build's toolchain version and the object check (ELF machine and
+// target of each object) that keeps another target's code away from the JIT.
+CacheOptions engine_cache_options(const std::string& dir);
 
 class Engine {
  public:

@@ -141,7 +141,7 @@ bool DiskCache::get(const std::string& key, const ObjectInfo& info, std::vector<
   cache::Metadata m;
   std::vector<char> obj;
   bool older_format = false;
-  if (problem.empty()) problem = cache::decode(bytes, &m, &obj, true, &older_format);
+  if (problem.empty()) problem = cache::decode(bytes, &m, &obj, options_, true, &older_format);
   if (problem.empty()) problem = mismatch(m, key, &info);
   if (!problem.empty()) {
     // An earlier format's entry is what an upgrade leaves, not a fault: replaced without a word.
@@ -166,8 +166,10 @@ void DiskCache::put(const std::string& key, const ObjectInfo& info,
   if (!degraded_) {
     std::string path = entry_path(key), error;
     if (cache::make_dirs(fs::path(path).parent_path().string(), &error) &&
-        cache::atomic_write(path, cache::encode(cache::make_metadata(key, info, object), object),
-                            &error)) {
+        cache::atomic_write(
+            path,
+            cache::encode(cache::make_metadata(key, info, object, options_.toolchain), object),
+            &error)) {
       ++counters_.writes;
       uint64_t total = 0;
       std::vector<CacheEntry> all = list_locked(false, &total);
@@ -210,7 +212,7 @@ std::vector<CacheEntry> DiskCache::list_locked(bool verify, uint64_t* total) con
     if (!cache::read_file(e.path, &bytes, &error, verify ? static_cast<size_t>(-1) : 65536)) {
       e.problem = error;
     } else {
-      e.problem = cache::decode(bytes, &m, nullptr, verify);
+      e.problem = cache::decode(bytes, &m, nullptr, options_, verify);
       if (e.problem.empty()) e.problem = mismatch(m, e.key, nullptr);
       e.kind = m.kind;
       e.name = m.name;

@@ -2,16 +2,12 @@
 
 #include <xxhash.h>
 
-#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <string_view>
-
-#include "jit/elf.h"
-#include "jit/halide_bridge.h"
 
 namespace optfuse::cache {
 namespace {
@@ -32,19 +28,6 @@ std::string entry_hash(std::string_view head, const char* object, size_t size) {
 
 constexpr size_t kHashDigits = 32;
 
-// Whether `text` occurs in `bytes` as a whole C string: followed by a NUL and not preceded by a
-// character a target string can hold (so that it is not the tail of a longer target).
-bool contains_c_string(std::string_view bytes, const std::string& text) {
-  auto target_char = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
-  };
-  std::string needle = text + '\0';
-  for (size_t at = bytes.find(needle); at != std::string_view::npos;
-       at = bytes.find(needle, at + 1))
-    if (at == 0 || !target_char(bytes[at - 1])) return true;
-  return false;
-}
-
 }  // namespace
 
 std::string hash_hex(const char* data, size_t size) {
@@ -52,7 +35,7 @@ std::string hash_hex(const char* data, size_t size) {
 }
 
 Metadata make_metadata(const std::string& key, const ObjectInfo& info,
-                       const std::vector<char>& object) {
+                       const std::vector<char>& object, const std::string& toolchain) {
   Metadata m;
   m.key = key;
   m.kind = info.kind;
@@ -60,7 +43,7 @@ Metadata make_metadata(const std::string& key, const ObjectInfo& info,
   m.target = info.target;
   m.signature_xxh3 = hash_hex(info.signature.data(), info.signature.size());
   m.optfuse_version = OPTFUSE_VERSION;
-  m.toolchain = jit::toolchain_version();
+  m.toolchain = toolchain;
   m.object_bytes = object.size();
   m.object_xxh3 = hash_hex(object.data(), object.size());
   m.created =
@@ -88,29 +71,8 @@ std::vector<char> encode(const Metadata& m, const std::vector<char>& object) {
   return out;
 }
 
-std::string check_object(const Metadata& m, const char* object, size_t size) {
-  // An object for another machine would be linked by ORC and crash the process when called.
-  // (Targets whose objects are not ELF, e.g. WebAssembly, are not checked here; the JIT refuses
-  // any object that is not ELF for this machine.)
-  jit::ElfIdentity want;
-  if (jit::elf_identity_for_target(m.target, &want))
-    if (std::string why = jit::elf_object_problem(object, size, want); !why.empty())
-      return "the object is not one for target " + m.target + ": " + why;
-  // Same machine, other features (an AVX-512 kernel labelled AVX2 would die of SIGILL on an AVX2
-  // CPU): Halide writes the kernel's target into its metadata. The runtime carries no such text.
-  // (None is known for a target Halide has no code generator for: nothing here compiles for it,
-  // and the JIT refuses whatever is not for this machine.)
-  if (m.kind == "kernel") {
-    std::string text = jit::kernel_object_target(m.target);
-    if (!text.empty() && !contains_c_string(std::string_view(object, size), text))
-      return "the object was not compiled for target " + m.target + " (it does not carry \"" +
-             text + "\")";
-  }
-  return "";
-}
-
 std::string decode(const std::vector<char>& bytes, Metadata* m, std::vector<char>* object,
-                   bool check_object_bytes, bool* older_format) {
+                   const CacheOptions& expect, bool check_object_bytes, bool* older_format) {
   if (older_format) *older_format = false;
   const char* end = bytes.data() + bytes.size();
   size_t magic_len = std::strlen(kMagic), prefix_len = std::strlen(kMagicPrefix);
@@ -153,8 +115,8 @@ std::string decode(const std::vector<char>& bytes, Metadata* m, std::vector<char
   }
   if (m->optfuse_version != OPTFUSE_VERSION)
     return "written by optfuse " + m->optfuse_version + ", this is " + OPTFUSE_VERSION;
-  if (m->toolchain != jit::toolchain_version())
-    return "written with " + m->toolchain + ", this is " + jit::toolchain_version();
+  if (!expect.toolchain.empty() && m->toolchain != expect.toolchain)
+    return "written with " + m->toolchain + ", this is " + expect.toolchain;
   if (!object && !check_object_bytes) return "";
   std::string_view head(bytes.data(), static_cast<size_t>(newline + 1 - bytes.data()));
   const char* sum = newline + 1;
@@ -170,7 +132,9 @@ std::string decode(const std::vector<char>& bytes, Metadata* m, std::vector<char
     return "object checksum mismatch (the object is corrupt)";
   if (entry_hash(head, obj, have) != std::string_view(sum, kHashDigits))
     return "entry checksum mismatch (the header was edited or is corrupt)";
-  if (std::string why = check_object(*m, obj, have); !why.empty()) return why;
+  if (expect.check_object)
+    if (std::string why = expect.check_object(m->kind, m->target, obj, have); !why.empty())
+      return why;
   if (object) object->assign(obj, end);
   return "";
 }

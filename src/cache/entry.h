@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "optfuse/engine.h"
+#include "optfuse/cache.h"
+#include "optfuse/object_store.h"
 
 namespace optfuse::cache {
 
@@ -24,7 +25,7 @@ struct Metadata {
 };
 
 Metadata make_metadata(const std::string& key, const ObjectInfo& info,
-                       const std::vector<char>& object);
+                       const std::vector<char>& object, const std::string& toolchain);
 std::string hash_hex(const char* data, size_t size);
 
 // The entry's bytes; its checksum line is computed here, over the magic and metadata lines and
@@ -33,16 +34,15 @@ std::vector<char> encode(const Metadata& m, const std::vector<char>& object);
 
 // Parses `bytes` as an entry: on success fills `*m` and `*object` (if non-null) and returns "";
 // otherwise returns what is wrong ("truncated object: ...", "checksum mismatch", ...). Checks the
-// magic, metadata syntax and versions (this build's optfuse, Halide and LLVM), then the object's
-// size and checksum, the checksum over the header and the object, and the object itself: an ELF
-// relocatable object of the target's architecture and, for a kernel, one that carries the
-// target text Halide writes for the target (check_object()). Only the metadata is checked when
-// `object` is null and `check_object_bytes` is false. `*older_format` (if non-null) tells whether
-// the entry is one of an earlier format, written by an older optfuse (not corrupt, but unusable).
+// magic, metadata syntax and versions (this build's optfuse; the toolchain when `expect` names
+// one), then the object's size and checksum, the checksum over the header and the object, and
+// the object itself with `expect.check_object` when set (the engine's: an ELF relocatable object
+// for the target's machine carrying the target Halide writes, jit/object_check.h). Only the
+// metadata is checked when `object` is null and `check_object_bytes` is false. `*older_format`
+// (if non-null) tells whether the entry is one of an earlier format, written by an older optfuse
+// (not corrupt, but unusable).
 std::string decode(const std::vector<char>& bytes, Metadata* m, std::vector<char>* object,
-                   bool check_object_bytes = true, bool* older_format = nullptr);
-
-// What is wrong with `object` as the object entry `m` describes ("" if nothing): see decode().
-std::string check_object(const Metadata& m, const char* object, size_t size);
+                   const CacheOptions& expect, bool check_object_bytes = true,
+                   bool* older_format = nullptr);
 
 }  // namespace optfuse::cache

@@ -12,6 +12,7 @@
 #include "jit/cuda_driver.h"
 #include "jit/halide_bridge.h"
 #include "jit/jit.h"
+#include "jit/object_check.h"
 #include "jit/session.h"
 #include "lower/signature.h"
 #include "optfuse/cache.h"
@@ -138,6 +139,14 @@ struct Engine::Impl {
   }
 };
 
+CacheOptions engine_cache_options(const std::string& dir) {
+  CacheOptions co;
+  co.dir = dir;
+  co.toolchain = jit::toolchain_version();
+  co.check_object = jit::object_problem;
+  return co;
+}
+
 Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->target = jit::resolve_target(options.target);
   impl_->num_threads = resolve_threads(options.num_threads);
@@ -160,12 +169,14 @@ Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
       schedules.clear();
     }
   }
-  if (impl_->options.memory_only) {
+  if (impl_->options.object_store) {
+    impl_->options.cache_dir.clear();
+    impl_->store = impl_->options.object_store;
+  } else if (impl_->options.memory_only) {
     impl_->options.cache_dir.clear();
   } else {
     if (impl_->options.cache_dir.empty()) impl_->options.cache_dir = default_cache_dir();
-    CacheOptions co;
-    co.dir = impl_->options.cache_dir;
+    CacheOptions co = engine_cache_options(impl_->options.cache_dir);
     co.max_bytes = impl_->options.cache_max_bytes;
     co.warn = impl_->options.warn;
     impl_->store = std::make_shared<DiskCache>(std::move(co));

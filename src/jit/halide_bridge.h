@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "optfuse/engine.h"
+#include "optfuse/kernel.h"
 
 namespace optfuse::jit {
 

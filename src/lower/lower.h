@@ -33,7 +33,7 @@
 
 #include <vector>
 
-#include "optfuse/engine.h"
+#include "optfuse/kernel.h"
 
 namespace optfuse::lower {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "lower/reduce.h"
-#include "optfuse/engine.h"
+#include "optfuse/kernel.h"
 
 namespace optfuse::lower {
 

@@ -1,6 +1,6 @@
 #pragma once
 // The calling convention of a lowered graph, without Halide (usable anywhere in src/).
-#include "optfuse/engine.h"
+#include "optfuse/kernel.h"
 
 namespace optfuse::lower {
 

@@ -37,8 +37,7 @@ TempDir::~TempDir() {
 }
 
 Recorded::Recorded(const std::string& dir, uint64_t max_bytes) {
-  CacheOptions o;
-  o.dir = dir;
+  CacheOptions o = engine_cache_options(dir);
   o.max_bytes = max_bytes;
   auto w = warnings;
   o.warn = [w](const std::string& m) { w->push_back(m); };
