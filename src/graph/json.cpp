@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
+#include "graph/names.h"
 #include "optfuse/error.h"
 
 namespace optfuse::graph_json {
@@ -23,7 +25,10 @@ class Reader {
       if (key != "name" && key != "inputs" && key != "scalars" && key != "nodes" &&
           key != "outputs" && key != "results")
         fail("/" + key, "unknown field (expected name, inputs, scalars, nodes, outputs, results)");
-    if (j.contains("name")) g_.set_name(string_at(j["name"], "/name"));
+    if (j.contains("name")) {
+      std::string name = string_at(j["name"], "/name");
+      guarded("/name", [&] { g_.set_name(std::move(name)); });
+    }
     each(j, "inputs", [&](const json& v, const std::string& at) { input(v, at); });
     each(j, "scalars", [&](const json& v, const std::string& at) { scalar(v, at); });
     each(j, "nodes", [&](const json& v, const std::string& at) { node(v, at); });
@@ -77,6 +82,7 @@ class Reader {
   void node(const json& v, const std::string& at) {
     object_with(v, at, {"id", "op", "args", "dtype", "attrs", "const"});
     std::string id = required_string(v, "id", at);
+    guarded(at + "/id", [&] { check_name(id, "node id"); });
     if (v.contains("const")) {
       if (v.contains("op") || v.contains("args")) fail(at, "a constant has no op or args");
       double value = number(v["const"], at + "/const");
@@ -132,6 +138,7 @@ class Reader {
     if (it == j.end()) fail("/outputs", "missing (an object: replaced input -> node id)");
     if (!it->is_object()) fail("/outputs", "must be an object, got " + kind(*it));
     for (const auto& [replaces, value] : it->items()) {
+      guarded("/outputs", [&] { check_name(replaces, "output name"); });  // before it is shown
       const std::string at = "/outputs/" + replaces;
       Value v = operand(value, at);
       guarded(at, [&] { g_.output(replaces, v); });
@@ -144,6 +151,7 @@ class Reader {
     if (it == j.end()) return;
     if (!it->is_object()) fail("/results", "must be an object, got " + kind(*it));
     for (const auto& [name, value] : it->items()) {
+      guarded("/results", [&] { check_name(name, "result name"); });
       const std::string at = "/results/" + name;
       Value v = operand(value, at);
       guarded(at, [&] { g_.result(name, v); });
@@ -204,7 +212,9 @@ class Reader {
     return t;
   }
 
-  static std::string kind(const json& v) { return std::string(v.type_name()) + " " + v.dump(); }
+  static std::string kind(const json& v) {
+    return std::string(v.type_name()) + " " + message_text(v);
+  }
 
   [[noreturn]] void fail(const std::string& at, const std::string& what) const {
     std::string prefix = where_.empty() ? "" : where_ + ": ";
@@ -224,14 +234,34 @@ json number_json(double v) {
 
 }  // namespace
 
-Graph from_json(const json& j, const std::string& where) { return Reader(where).read(j); }
+std::string message_text(const json& v) {
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Graph from_json(const json& j, const std::string& where) {
+  try {
+    return Reader(where).read(j);
+  } catch (const json::exception& e) {  // a JSON value built in C++ can hold what text cannot
+    throw Error((where.empty() ? "" : where + ": ") + "graph JSON: " + e.what());
+  }
+}
 
 json to_json(const Graph& g) {
   json inputs = json::array(), scalars = json::array(), nodes = json::array();
-  auto id = [&](NodeId i) {
-    const Node& n = g.node(i);
-    return n.op == Op::Input || n.op == Op::Scalar ? n.name : "%" + std::to_string(i);
-  };
+  // Leaves are named by their names, other nodes "%N"; a leaf may be named "%N" too, so such an
+  // id gets primes until it is unique (ids share one namespace when read back).
+  std::set<std::string> leaves;
+  for (const Node& n : g.nodes())
+    if (n.op == Op::Input || n.op == Op::Scalar) leaves.insert(n.name);
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    std::string id = n.op == Op::Input || n.op == Op::Scalar ? n.name : "%" + std::to_string(i);
+    if (n.op != Op::Input && n.op != Op::Scalar)
+      while (leaves.count(id)) id += "'";
+    ids.push_back(std::move(id));
+  }
+  auto id = [&](NodeId i) { return ids.at(static_cast<size_t>(i)); };
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     const std::string dt(dtype_name(n.dtype));
@@ -277,6 +307,12 @@ Graph parse_json(std::string_view text) {
   return graph_json::from_json(j);
 }
 
-std::string print_json(const Graph& g) { return graph_json::to_json(g).dump(2); }
+std::string print_json(const Graph& g) {
+  try {
+    return graph_json::to_json(g).dump(2);
+  } catch (const nlohmann::json::exception& e) {  // names are checked where they enter (names.h)
+    internal_error(std::string("print_json: ") + e.what());
+  }
+}
 
 }  // namespace optfuse

@@ -14,4 +14,8 @@ namespace optfuse::graph_json {
 Graph from_json(const nlohmann::json& j, const std::string& where = "");
 nlohmann::json to_json(const Graph& g);
 
+// `v` as JSON text for an error message: never throws (invalid UTF-8, which only a value built in
+// C++ can hold, becomes U+FFFD; dump() would throw).
+std::string message_text(const nlohmann::json& v);
+
 }  // namespace optfuse::graph_json
