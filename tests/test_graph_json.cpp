@@ -198,6 +198,36 @@ TEST(GraphJson, NamesThatAreNotUtf8AreRejectedWhereTheyEnter) {
       "graph JSON /inputs/0: must be an object, got array [\"x\xef\xbf\xbd\",1]");
 }
 
+// Found by fuzz_graph_text: an opaque op lost its callee in JSON and could not be read back.
+TEST(GraphJson, OpaqueOpsKeepTheirCallee) {
+  Graph g("ext");
+  Value p = g.param("p"), gr = g.grad("g");
+  g.output("p", p - opaque("all_reduce", gr) * 0.5);
+  const std::string json = print_json(g);
+  int callees = 0;
+  const nlohmann::json parsed = nlohmann::json::parse(json);
+  for (const auto& node : parsed["nodes"])
+    if (node.value("op", "") == "opaque")
+      callees += node["attrs"] == nlohmann::json{{"callee", "all_reduce"}};
+  EXPECT_EQ(callees, 1) << json;
+  Graph back = parse_json(json);
+  EXPECT_EQ(structural_hash(back), structural_hash(g));
+  EXPECT_EQ(print(back), print(parse(print(back))));
+  const std::string head =
+      R"({"inputs": [{"name": "g", "role": "grad"}], "outputs": {}, "nodes": [{"id": "x", "op": "opaque", "args": ["g"])";
+  expect_error(head + "}]}",
+               "/nodes/0/attrs: opaque takes one attribute, \"callee\" (the external computation)");
+  expect_error(head + R"(, "attrs": {"callee": 1}}]})",
+               "/nodes/0/attrs/callee: must be a string, got number 1");
+  expect_error(head + R"(, "attrs": {"callee": ""}}]})",
+               "/nodes/0: opaque: the name of the external computation must not be empty");
+}
+
+// Found by fuzz_graph_json: nlohmann's parse errors quote the bytes last read, UTF-8 or not.
+TEST(GraphJson, MessagesAboutBadJsonAreUtf8) {
+  expect_error("{\"inputs\": \xec}", "last read: '\"inputs\": \\xec'");
+}
+
 // Ids share one namespace in JSON: a node whose "%N" id is some leaf's name gets another id.
 TEST(GraphJson, NodeIdsNeverCollideWithLeafNames) {
   Graph g("collide");

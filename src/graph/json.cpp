@@ -101,7 +101,7 @@ class Reader {
     std::vector<Value> operands;
     for (size_t i = 0; i < args->size(); ++i)
       operands.push_back(operand((*args)[i], at + "/args/" + std::to_string(i)));
-    read_attributes(op, v, at);
+    const std::string callee = read_attributes(op, v, at);
     DType cast_to = DType::F32;
     if (op == Op::Cast) {
       if (!v.contains("dtype")) fail(at, "cast needs \"dtype\"");
@@ -110,16 +110,26 @@ class Reader {
       fail(at + "/dtype", "only cast and constants take a dtype (others derive it)");
     }
     // Number operands become constants of the other operand's dtype (Graph::make adopts them).
-    define(id, at, [&] { return g_.make(op, operands, cast_to).id(); });
+    define(id, at, [&] {
+      return (op == Op::Opaque ? opaque(callee, operands[0]) : g_.make(op, operands, cast_to)).id();
+    });
   }
 
-  // THE place for op attributes (axes of a reduction, a flag of an opaque op, ...): an op that has
-  // some reads them here from v["attrs"] into its Node. No op in ops.def has any yet.
-  void read_attributes(Op op, const json& v, const std::string& at) {
+  // THE place for op attributes (axes of a reduction, ...): an op that has some reads them here
+  // from v["attrs"] (and to_json writes them). Only opaque has one: "callee", the name of the
+  // external computation, returned.
+  std::string read_attributes(Op op, const json& v, const std::string& at) {
     auto attrs = v.find("attrs");
-    if (attrs == v.end()) return;
+    if (op == Op::Opaque) {
+      if (attrs == v.end() || !attrs->is_object() || attrs->size() != 1 ||
+          !attrs->contains("callee"))
+        fail(at + "/attrs", "opaque takes one attribute, \"callee\" (the external computation)");
+      return string_at((*attrs)["callee"], at + "/attrs/callee");
+    }
+    if (attrs == v.end()) return "";
     if (!attrs->is_object() || !attrs->empty())
       fail(at + "/attrs", std::string(op_name(op)) + " takes no attributes");
+    return "";
   }
 
   Value operand(const json& a, const std::string& at) {
@@ -137,7 +147,9 @@ class Reader {
     if (it == j.end() && j.contains("results")) return;  // a read-only statistics pass
     if (it == j.end()) fail("/outputs", "missing (an object: replaced input -> node id)");
     if (!it->is_object()) fail("/outputs", "must be an object, got " + kind(*it));
-    for (const auto& [replaces, value] : it->items()) {
+    for (const auto& item : it->items()) {  // (clang 14 cannot capture structured bindings)
+      const std::string& replaces = item.key();
+      const json& value = item.value();
       guarded("/outputs", [&] { check_name(replaces, "output name"); });  // before it is shown
       const std::string at = "/outputs/" + replaces;
       Value v = operand(value, at);
@@ -150,7 +162,9 @@ class Reader {
     auto it = j.find("results");
     if (it == j.end()) return;
     if (!it->is_object()) fail("/results", "must be an object, got " + kind(*it));
-    for (const auto& [name, value] : it->items()) {
+    for (const auto& item : it->items()) {
+      const std::string& name = item.key();
+      const json& value = item.value();
       guarded("/results", [&] { check_name(name, "result name"); });
       const std::string at = "/results/" + name;
       Value v = operand(value, at);
@@ -275,6 +289,7 @@ json to_json(const Graph& g) {
       json node = {{"id", id(i)}, {"op", std::string(op_name(n.op))}, {"args", json::array()}};
       for (NodeId a : n.args) node["args"].push_back(id(a));
       if (n.op == Op::Cast) node["dtype"] = dt;
+      if (n.op == Op::Opaque) node["attrs"] = {{"callee", n.name}};
       nodes.push_back(node);
     }
   }
@@ -302,7 +317,8 @@ Graph parse_json(std::string_view text) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("graph JSON: not valid JSON: ") + e.what());
+    // (nlohmann shows the bytes last read, which need not be UTF-8.)
+    throw Error("graph JSON: not valid JSON: " + escape_invalid_utf8(e.what()));
   }
   return graph_json::from_json(j);
 }

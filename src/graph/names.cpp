@@ -47,6 +47,30 @@ size_t char_length(std::string_view s, size_t i, const char** why) {
   return n;
 }
 
+// `s` with ill-formed bytes (and if `quoted`: control bytes, '"' and '\') escaped, as \xHH.
+std::string escaped(std::string_view s, bool quoted) {
+  std::string out;
+  const char* why = nullptr;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = char_length(s, i, &why);
+    if (quoted && (c == '"' || c == '\\')) {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (n == 0 || (quoted && (c < 0x20 || c == 0x7f))) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out.append(s.data() + i, n);
+      i += n;
+      continue;
+    }
+    ++i;
+  }
+  return out;
+}
+
 }  // namespace
 
 size_t invalid_utf8_at(std::string_view s, const char** why) {
@@ -72,27 +96,8 @@ void check_name(std::string_view name, std::string_view what) {
                 " (names are UTF-8 text without NUL)");
 }
 
-std::string quote_name(std::string_view s) {
-  std::string out = "\"";
-  const char* why = nullptr;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = char_length(s, i, &why);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (n == 0 || c < 0x20 || c == 0x7f) {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out.append(s.data() + i, n);
-      i += n;
-      continue;
-    }
-    ++i;
-  }
-  return out + "\"";
-}
+std::string quote_name(std::string_view s) { return "\"" + escaped(s, true) + "\""; }
+
+std::string escape_invalid_utf8(std::string_view s) { return escaped(s, false); }
 
 }  // namespace optfuse

@@ -25,4 +25,8 @@ size_t invalid_utf8_at(std::string_view s, const char** why = nullptr);
 // valid UTF-8 and parses back to `s`.
 std::string quote_name(std::string_view s);
 
+// `s` with every byte outside valid UTF-8 written as \xHH: for messages that quote raw input
+// (nlohmann's parse errors show the bytes last read).
+std::string escape_invalid_utf8(std::string_view s);
+
 }  // namespace optfuse
