@@ -228,6 +228,22 @@ TEST(GraphJson, MessagesAboutBadJsonAreUtf8) {
   expect_error("{\"inputs\": \xec}", "last read: '\"inputs\": \\xec'");
 }
 
+// nlohmann copies, compares and dumps recursively: a deep value would overflow the stack.
+TEST(GraphJson, DeepNestingIsAnError) {
+  const std::string deep(100000, '[');
+  expect_error(R"({"inputs": )" + deep + std::string(100000, ']') + "}",
+               "graph JSON: JSON nested deeper than 64 levels");
+  nlohmann::json nested = nlohmann::json::array();
+  for (int i = 0; i < 70; ++i) nested = nlohmann::json::array({nested});
+  try {
+    graph_json::from_json({{"inputs", nested}}, "custom optimizer 'x'");
+    FAIL() << "no Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "custom optimizer 'x': graph JSON: JSON nested deeper than 64 levels");
+  }
+}
+
 // Ids share one namespace in JSON: a node whose "%N" id is some leaf's name gets another id.
 TEST(GraphJson, NodeIdsNeverCollideWithLeafNames) {
   Graph g("collide");

@@ -304,6 +304,22 @@ TEST(OptimizerErrors, NamesAndValuesThatAreNotUtf8AreErrors) {
             "overlong encoding");
 }
 
+// A deep JSON value would overflow the stack where nlohmann copies or dumps it (recursively).
+TEST(OptimizerErrors, DeeplyNestedOptionsAreRejected) {
+  Options deep = Options::array();
+  for (int i = 0; i < 100; ++i) deep = Options::array({deep});
+  EXPECT_EQ(error_of([&] {
+              update_graph({{"type", "adam"}, {"betas", deep}});
+            }),
+            "optimizer config: JSON nested deeper than 64 levels");
+  Buf a(4), b(4);
+  auto opt = with_one_group("adam", &a);
+  EXPECT_EQ(error_of([&] {
+              opt->add_param_group({b.ref()}, {{"betas", deep}});
+            }),
+            "param group 1: JSON nested deeper than 64 levels");
+}
+
 // torch's own messages, e.g. ValueError("Invalid learning rate: -0.001"), with the group in front.
 TEST(OptimizerErrors, InvalidLearningRateInConfigGroupAndSet) {
   for (const char* type : {"sgd", "adam", "adamw"}) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "graph/names.h"
 #include "optfuse/error.h"
@@ -252,7 +253,21 @@ std::string message_text(const json& v) {
   return v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+void check_nesting(const json& v, const std::string& what) {
+  constexpr size_t kMaxDepth = 64;
+  std::vector<std::pair<const json*, size_t>> todo{{&v, 1}};
+  while (!todo.empty()) {
+    auto [j, depth] = todo.back();
+    todo.pop_back();
+    if (depth > kMaxDepth)
+      throw Error(what + ": JSON nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (j->is_structured())
+      for (const json& e : *j) todo.emplace_back(&e, depth + 1);
+  }
+}
+
 Graph from_json(const json& j, const std::string& where) {
+  check_nesting(j, (where.empty() ? "" : where + ": ") + "graph JSON");
   try {
     return Reader(where).read(j);
   } catch (const json::exception& e) {  // a JSON value built in C++ can hold what text cannot

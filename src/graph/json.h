@@ -18,4 +18,9 @@ nlohmann::json to_json(const Graph& g);
 // C++ can hold, becomes U+FFFD; dump() would throw).
 std::string message_text(const nlohmann::json& v);
 
+// Throws Error("<what>: JSON nested deeper than 64 levels") for a deeper `v`: nlohmann copies,
+// compares and dumps values recursively, so a deep one would overflow the stack. (No optfuse JSON
+// goes deeper than about 8.) Checked without recursion.
+void check_nesting(const nlohmann::json& v, const std::string& what);
+
 }  // namespace optfuse::graph_json

@@ -9,6 +9,7 @@ namespace optfuse::optim {
 namespace {
 
 ParsedConfig parse(const Options& config) {
+  check_nesting(config, "optimizer config");  // before anything copies or shows it
   if (!config.is_object())
     throw Error("optimizer config must be a JSON object, got " + message_text(config));
   auto type = config.find("type");

@@ -72,6 +72,7 @@ static bool same_kind(const Options& a, const Options& b) {
 
 Options merge(const Options& base, const Options& overrides, const std::string& type,
               const std::string& where) {
+  check_nesting(overrides, where);  // before anything copies or shows it
   Options out = base;
   if (overrides.is_null()) return out;
   if (!overrides.is_object())

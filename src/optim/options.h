@@ -9,6 +9,7 @@
 namespace optfuse::optim {
 
 // Option values in messages: message_text(v), never v.dump() (which throws on invalid UTF-8).
+using graph_json::check_nesting;
 using graph_json::message_text;
 
 // The option as a finite double; Error "<where>: option 'lr' must be a finite number, got ...".
