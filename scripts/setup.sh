@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-venv python3-dev        # the Python package (scripts/python_setup.sh)
   pkg-config                      # the installed-tree consumer test (tests/consumer/)
+  clang-14 libclang-rt-14-dev     # the parsers' libFuzzer targets (tests/fuzz/, fuzz_smoke)
 )
 
 missing=()

@@ -216,6 +216,51 @@ TEST(BuildErrors, NamesAreUniqueAndNonEmpty) {
   EXPECT_EQ(error_of([&] { g.scalar(""); }), "scalar: the name must not be empty");
 }
 
+// Names are UTF-8 text without NUL (graph.h); the message names the name and its bad byte.
+TEST(BuildErrors, NamesAreUtf8WithoutNul) {
+  EXPECT_EQ(error_of([] { Graph g("ok\xff"); }),
+            "graph name \"ok\\xff\" is not valid UTF-8: byte 0xff at offset 2 is never valid in "
+            "UTF-8");
+  Graph g;
+  Value p = g.param("p");
+  EXPECT_EQ(error_of([&] { g.set_name("\xfe"); }),
+            "graph name \"\\xfe\" is not valid UTF-8: byte 0xfe at offset 0 is never valid in "
+            "UTF-8");
+  EXPECT_EQ(g.name(), "graph");
+  EXPECT_EQ(error_of([&] { g.grad("g\xc3"); }),
+            "grad name \"g\\xc3\" is not valid UTF-8: byte 0xc3 at offset 1 starts a character "
+            "that is cut short");
+  EXPECT_EQ(error_of([&] { g.state("\xe2\x82m"); }),
+            "state name \"\\xe2\\x82m\" is not valid UTF-8: byte 0xe2 at offset 0 starts a "
+            "character that is cut short");
+  EXPECT_EQ(error_of([&] { g.scalar("lr\xe0\x80\x80"); }),
+            "scalar name \"lr\\xe0\\x80\\x80\" is not valid UTF-8: byte 0xe0 at offset 2 starts "
+            "an overlong encoding");
+  EXPECT_EQ(error_of([&] { g.scalar("\xf0\x8f\xbf\xbf"); }),
+            "scalar name \"\\xf0\\x8f\\xbf\\xbf\" is not valid UTF-8: byte 0xf0 at offset 0 "
+            "starts an overlong encoding");
+  EXPECT_EQ(error_of([&] { g.scalar(std::string("a\0b", 3)); }),
+            "scalar name \"a\\x00b\" contains NUL at byte offset 1 (names are UTF-8 text without "
+            "NUL)");
+  EXPECT_EQ(error_of([&] { opaque("f\xff", p); }),
+            "opaque name \"f\\xff\" is not valid UTF-8: byte 0xff at offset 1 is never valid in "
+            "UTF-8");
+  EXPECT_EQ(error_of([&] { g.output("p\x80", p); }),
+            "output name \"p\\x80\" is not valid UTF-8: byte 0x80 at offset 1 is a continuation "
+            "byte without a lead byte");
+  EXPECT_EQ(error_of([&] { g.result("\"\xff", reduce_sum(p)); }),
+            "result name \"\\\"\\xff\" is not valid UTF-8: byte 0xff at offset 1 is never valid "
+            "in UTF-8");
+  EXPECT_EQ(g.nodes().size(), 2u);  // p and the reduce_sum: no rejected leaf was added
+  EXPECT_TRUE(g.outputs().empty());
+  EXPECT_TRUE(g.results().empty());
+  // Valid: 2-, 3- and 4-byte characters, U+10FFFF, control characters other than NUL.
+  Value u = g.state("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf\t\x7f");
+  g.output("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf\t\x7f", u * 0.5);
+  g.result("\xe6\x97\xa5", reduce_sum(p));
+  EXPECT_NO_THROW(Graph("\xe6\x97\xa5\n"));
+}
+
 TEST(BuildErrors, Outputs) {
   Graph g, other;
   Value p = g.param("p"), h = g.state("h", DType::BF16), lr = g.scalar("lr");

@@ -2,6 +2,7 @@
 // generic op lookup, and errors that name the JSON path of the bad value.
 #include <gtest/gtest.h>
 
+#include "graph/json.h"
 #include "optfuse/error.h"
 #include "optfuse/graph.h"
 #include "optfuse/optim.h"
@@ -136,6 +137,121 @@ TEST(GraphJson, ErrorsNameTheJsonPath) {
       R"({"inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad", "dtype": "f64"}],
                    "nodes": [{"id": "a", "op": "add", "args": ["p", "g"]}], "outputs": {"p": "a"}})",
       "/nodes/0: add: operand 2 has dtype f64");
+}
+
+// Issue 16: the text parser took names that are not UTF-8, and print_json then threw nlohmann's
+// type_error instead of an optfuse::Error. Now such a name never gets into a graph.
+TEST(GraphJson, NamesThatAreNotUtf8AreRejectedWhereTheyEnter) {
+  try {
+    Graph g = parse("graph \"g\" {\n %0 = param.f32 \"caf\\xe9\"\n out \"caf\\xe9\" = %0 }");
+    print_json(g);
+    FAIL() << "parsed without error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "line 2: param name \"caf\\xe9\" is not valid UTF-8: byte 0xe9 at offset 3 starts a "
+              "character that is cut short");
+  }
+  // JSON text is UTF-8 by nlohmann's parser; a JSON value built in C++ is checked here.
+  using nlohmann::json;
+  auto error_of = [](const json& j) {
+    try {
+      graph_json::from_json(j);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no Error";
+    return std::string();
+  };
+  const json p = {{"name", "p"}, {"role", "param"}};
+  EXPECT_EQ(error_of({{"name", "\xff"}, {"inputs", json::array()}, {"outputs", json::object()}}),
+            "graph JSON /name: graph name \"\\xff\" is not valid UTF-8: byte 0xff at offset 0 is "
+            "never valid in UTF-8");
+  EXPECT_EQ(error_of({{"inputs", json::array({{{"name", "p\xc3"}, {"role", "param"}}})},
+                      {"outputs", json::object()}}),
+            "graph JSON /inputs/0: param name \"p\\xc3\" is not valid UTF-8: byte 0xc3 at offset 1 "
+            "starts a character that is cut short");
+  EXPECT_EQ(error_of({{"inputs", json::array({p})},
+                      {"scalars", json::array({"l\x80"})},
+                      {"outputs", json::object()}}),
+            "graph JSON /scalars/0: scalar name \"l\\x80\" is not valid UTF-8: byte 0x80 at offset "
+            "1 is a continuation byte without a lead byte");
+  EXPECT_EQ(error_of({{"inputs", json::array({p})},
+                      {"nodes", json::array({{{"id", "n\xff"}, {"op", "neg"}, {"args", {"p"}}}})},
+                      {"outputs", json::object()}}),
+            "graph JSON /nodes/0/id: node id \"n\\xff\" is not valid UTF-8: byte 0xff at offset 1 "
+            "is never valid in UTF-8");
+  EXPECT_EQ(error_of({{"inputs", json::array({p})}, {"outputs", json::object({{"p\xff", "p"}})}}),
+            "graph JSON /outputs: output name \"p\\xff\" is not valid UTF-8: byte 0xff at offset 1 "
+            "is never valid in UTF-8");
+  EXPECT_EQ(error_of({{"inputs", json::array({p})}, {"results", json::object({{"\xff", "p"}})}}),
+            "graph JSON /results: result name \"\\xff\" is not valid UTF-8: byte 0xff at offset 0 "
+            "is never valid in UTF-8");
+  EXPECT_EQ(
+      error_of({{"inputs", json::array({p})},
+                {"scalars", json::array({std::string("s\0", 2)})},
+                {"outputs", json::object()}}),
+      "graph JSON /scalars/0: scalar name \"s\\x00\" contains NUL at byte offset 1 (names are "
+      "UTF-8 text without NUL)");
+  // A message that shows such a value replaces the bad byte (dump() would throw).
+  EXPECT_EQ(
+      error_of({{"inputs", json::array({json::array({"x\xff", 1})})}, {"outputs", json::object()}}),
+      "graph JSON /inputs/0: must be an object, got array [\"x\xef\xbf\xbd\",1]");
+}
+
+// Found by fuzz_graph_text: an opaque op lost its callee in JSON and could not be read back.
+TEST(GraphJson, OpaqueOpsKeepTheirCallee) {
+  Graph g("ext");
+  Value p = g.param("p"), gr = g.grad("g");
+  g.output("p", p - opaque("all_reduce", gr) * 0.5);
+  const std::string json = print_json(g);
+  int callees = 0;
+  const nlohmann::json parsed = nlohmann::json::parse(json);
+  for (const auto& node : parsed["nodes"])
+    if (node.value("op", "") == "opaque")
+      callees += node["attrs"] == nlohmann::json{{"callee", "all_reduce"}};
+  EXPECT_EQ(callees, 1) << json;
+  Graph back = parse_json(json);
+  EXPECT_EQ(structural_hash(back), structural_hash(g));
+  EXPECT_EQ(print(back), print(parse(print(back))));
+  const std::string head =
+      R"({"inputs": [{"name": "g", "role": "grad"}], "outputs": {}, "nodes": [{"id": "x", "op": "opaque", "args": ["g"])";
+  expect_error(head + "}]}",
+               "/nodes/0/attrs: opaque takes one attribute, \"callee\" (the external computation)");
+  expect_error(head + R"(, "attrs": {"callee": 1}}]})",
+               "/nodes/0/attrs/callee: must be a string, got number 1");
+  expect_error(head + R"(, "attrs": {"callee": ""}}]})",
+               "/nodes/0: opaque: the name of the external computation must not be empty");
+}
+
+// Found by fuzz_graph_json: nlohmann's parse errors quote the bytes last read, UTF-8 or not.
+TEST(GraphJson, MessagesAboutBadJsonAreUtf8) {
+  expect_error("{\"inputs\": \xec}", "last read: '\"inputs\": \\xec'");
+}
+
+// nlohmann copies, compares and dumps recursively: a deep value would overflow the stack.
+TEST(GraphJson, DeepNestingIsAnError) {
+  const std::string deep(100000, '[');
+  expect_error(R"({"inputs": )" + deep + std::string(100000, ']') + "}",
+               "graph JSON: JSON nested deeper than 64 levels");
+  nlohmann::json nested = nlohmann::json::array();
+  for (int i = 0; i < 70; ++i) nested = nlohmann::json::array({nested});
+  try {
+    graph_json::from_json({{"inputs", nested}}, "custom optimizer 'x'");
+    FAIL() << "no Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "custom optimizer 'x': graph JSON: JSON nested deeper than 64 levels");
+  }
+}
+
+// Ids share one namespace in JSON: a node whose "%N" id is some leaf's name gets another id.
+TEST(GraphJson, NodeIdsNeverCollideWithLeafNames) {
+  Graph g("collide");
+  Value p = g.param("%2"), s = g.scalar("%2'");
+  g.output("%2", p * s * 0.5);
+  const std::string json = print_json(g);
+  EXPECT_NE(json.find("\"%2''\""), std::string::npos) << json;
+  expect_round_trip(g);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "optfuse/error.h"
 #include "optfuse/graph.h"
@@ -145,6 +146,21 @@ TEST(RoundTrip, NamesWithQuotesBackslashesAndControlCharacters) {
   expect_same_nodes(g, back);
 }
 
+TEST(RoundTrip, Utf8NamesAreWrittenAsTheyAre) {
+  // 2-, 3- and 4-byte characters and the last code point; C1 controls are valid UTF-8 too.
+  const std::string name = "\xc3\xbc \xe6\x97\xa5 \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf \xc2\x85";
+  Graph g(name);
+  Value p = g.param(name);
+  g.output(name, -p);
+  const std::string text = print(g);
+  EXPECT_THAT(text, HasSubstr("%0 = param.f32 \"" + name + "\"\n"));
+  Graph back = parse(text);
+  EXPECT_EQ(back.name(), name);
+  EXPECT_EQ(print(back), text);
+  // The same bytes written as escapes read the same.
+  EXPECT_EQ(print(parse("graph \"\\xc3\\xbc\" {}")), "graph \"\xc3\xbc\" {\n}\n");
+}
+
 TEST(Parse, ToleratesWhitespaceAndComments) {
   Graph g = parse(R"(
     # an SGD step
@@ -187,8 +203,8 @@ TEST(Parse, ConstantsAreRoundedToTheirDtype) {
 }
 
 struct BadText {
-  const char* text;
-  const char* error;
+  std::string text;
+  std::string error;
 };
 
 class ParseError : public ::testing::TestWithParam<BadText> {};
@@ -252,7 +268,30 @@ INSTANTIATE_TEST_SUITE_P(
         BadText{"graph \"g\" {\n %0 = param.f32 \"p\"\n out \"p\" = %0\n out \"p\" = %0 }",
                 "line 4: output \"p\": the input is already replaced"},
         BadText{"graph \"g\" {\n %0 = param.f32 \"p\"\n out p = %0 }",
-                "line 3: expected the replaced input's name in quotes, got 'p'"}));
+                "line 3: expected the replaced input's name in quotes, got 'p'"},
+        // Names are UTF-8 text without NUL (graph.h), escaped or not; messages stay UTF-8.
+        BadText{"graph \"g\\xff\" {}",
+                "line 1: graph name \"g\\xff\" is not valid UTF-8: byte 0xff at offset 1 is never "
+                "valid in UTF-8"},
+        BadText{"graph \"g\" {\n %0 = param.f32 \"\xc3(\" }",
+                "line 2: param name \"\\xc3(\" is not valid UTF-8: byte 0xc3 at offset 0 starts a "
+                "character that is cut short"},
+        BadText{"graph \"g\" {\n %0 = scalar.f32 \"lr\\xed\\xa0\\x80\" }",
+                "line 2: scalar name \"lr\\xed\\xa0\\x80\" is not valid UTF-8: byte 0xed at offset "
+                "2 starts a UTF-16 surrogate"},
+        BadText{"graph \"g\" {\n %0 = state.f32 \"m\\x00\" }",
+                "line 2: state name \"m\\x00\" contains NUL at byte offset 1 (names are UTF-8 text "
+                "without NUL)"},
+        BadText{std::string(kPrefix) + " out \"\x80\" = %0 }",
+                "line 3: output name \"\\x80\" is not valid UTF-8: byte 0x80 at offset 0 is a "
+                "continuation byte without a lead byte"},
+        BadText{std::string(kPrefix) + " %1 = reduce_sum.f32 %0\n result \"\xc0\xaf\" = %1 }",
+                "line 4: result name \"\\xc0\\xaf\" is not valid UTF-8: byte 0xc0 at offset 0 "
+                "starts an overlong encoding"},
+        BadText{std::string(kPrefix) + " %1 = opaque.f32 \"\xf4\x90\x80\x80\", %0 }",
+                "line 3: opaque name \"\\xf4\\x90\\x80\\x80\" is not valid UTF-8: byte 0xf4 at "
+                "offset 0 starts a code point above U+10FFFF"},
+        BadText{"graph \xff", "line 1: expected the graph name in quotes, got byte 0xff"}));
 
 }  // namespace
 }  // namespace optfuse

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/json.h"
 #include "optfuse/engine.h"
 #include "optfuse/error.h"
 #include "optfuse/optim.h"
@@ -59,9 +60,9 @@ std::unique_ptr<Optimizer> with_one_group(const std::string& type, Buf* b) {
 
 TEST(OptimizerErrors, UnknownOptimizerTypeListsTheKnownOnes) {
   std::string e = error_of([] { make({{"type", "lbfgs"}}); });
-  EXPECT_THAT(e, AllOf(HasSubstr("unknown optimizer type 'lbfgs'"), HasSubstr("adam"),
-                       HasSubstr("adamw"), HasSubstr("sgd"), HasSubstr("rmsprop"),
-                       HasSubstr("nadam"), HasSubstr("lion")));
+  EXPECT_THAT(
+      e, AllOf(HasSubstr("unknown optimizer type 'lbfgs'"), HasSubstr("adam"), HasSubstr("adamw"),
+               HasSubstr("sgd"), HasSubstr("rmsprop"), HasSubstr("nadam"), HasSubstr("lion")));
   EXPECT_THAT(error_of([] { make({{"lr", 0.1}}); }), HasSubstr("\"type\""));
   EXPECT_THAT(error_of([] { make({{"type", 3}}); }), HasSubstr("\"type\""));
   EXPECT_THAT(error_of([] { make(Options::array({1, 2})); }), HasSubstr("JSON object"));
@@ -81,22 +82,37 @@ TEST(OptimizerErrors, TypeNamesAreCaseInsensitiveTorchClassNames) {
 
 // torch's defaults, argument for argument (Lion: lion-pytorch's).
 TEST(OptimizerErrors, NewOptimizersHaveTorchDefaults) {
-  EXPECT_EQ(optimizer_defaults("adagrad"),
-            Options({{"lr", 1e-2}, {"lr_decay", 0.0}, {"weight_decay", 0.0},
-                     {"initial_accumulator_value", 0.0}, {"eps", 1e-10}, {"maximize", false}}));
-  EXPECT_EQ(optimizer_defaults("rmsprop"),
-            Options({{"lr", 1e-2}, {"alpha", 0.99}, {"eps", 1e-8}, {"weight_decay", 0.0},
-                     {"momentum", 0.0}, {"centered", false}, {"maximize", false}}));
-  EXPECT_EQ(optimizer_defaults("adamax"),
-            Options({{"lr", 2e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.0},
-                     {"maximize", false}}));
-  EXPECT_EQ(optimizer_defaults("nadam"),
-            Options({{"lr", 2e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.0},
-                     {"momentum_decay", 4e-3}, {"decoupled_weight_decay", false},
-                     {"maximize", false}}));
-  EXPECT_EQ(optimizer_defaults("radam"),
-            Options({{"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.0},
-                     {"decoupled_weight_decay", false}, {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("adagrad"), Options({{"lr", 1e-2},
+                                                    {"lr_decay", 0.0},
+                                                    {"weight_decay", 0.0},
+                                                    {"initial_accumulator_value", 0.0},
+                                                    {"eps", 1e-10},
+                                                    {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("rmsprop"), Options({{"lr", 1e-2},
+                                                    {"alpha", 0.99},
+                                                    {"eps", 1e-8},
+                                                    {"weight_decay", 0.0},
+                                                    {"momentum", 0.0},
+                                                    {"centered", false},
+                                                    {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("adamax"), Options({{"lr", 2e-3},
+                                                   {"betas", {0.9, 0.999}},
+                                                   {"eps", 1e-8},
+                                                   {"weight_decay", 0.0},
+                                                   {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("nadam"), Options({{"lr", 2e-3},
+                                                  {"betas", {0.9, 0.999}},
+                                                  {"eps", 1e-8},
+                                                  {"weight_decay", 0.0},
+                                                  {"momentum_decay", 4e-3},
+                                                  {"decoupled_weight_decay", false},
+                                                  {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("radam"), Options({{"lr", 1e-3},
+                                                  {"betas", {0.9, 0.999}},
+                                                  {"eps", 1e-8},
+                                                  {"weight_decay", 0.0},
+                                                  {"decoupled_weight_decay", false},
+                                                  {"maximize", false}}));
   EXPECT_EQ(optimizer_defaults("lion"),
             Options({{"lr", 1e-4}, {"betas", {0.9, 0.99}}, {"weight_decay", 0.0}}));
 }
@@ -112,7 +128,8 @@ TEST(OptimizerErrors, NewOptimizersValidateAsTorchDoes) {
       {"adagrad", {{"lr", -0.1}}, "Invalid learning rate: -0.1"},
       {"adagrad", {{"lr_decay", -0.5}}, "Invalid lr_decay value: -0.5"},
       {"adagrad", {{"weight_decay", -1.0}}, "Invalid weight_decay value: -1.0"},
-      {"adagrad", {{"initial_accumulator_value", -0.1}},
+      {"adagrad",
+       {{"initial_accumulator_value", -0.1}},
        "Invalid initial_accumulator_value value: -0.1"},
       {"adagrad", {{"eps", -1e-10}}, "Invalid epsilon value: -1e-10"},
       {"rmsprop", {{"lr", -0.01}}, "Invalid learning rate: -0.01"},
@@ -214,6 +231,93 @@ TEST(OptimizerErrors, WrongOptionKindShowsExpectedAndGot) {
               AllOf(StartsWith("param group 0"), HasSubstr("option 'lr'")));
   EXPECT_THAT(error_of([&] { opt->add_param_group({b.ref()}, Options::array({1})); }),
               AllOf(StartsWith("param group 1"), HasSubstr("JSON object")));
+}
+
+// Issue 16: names are UTF-8 text without NUL (src/graph/names.h), checked where they enter; and a
+// string value that is not UTF-8 (only C++ can build one: JSON text is UTF-8) is shown in messages
+// with U+FFFD ("\xef\xbf\xbd") where Options::dump() threw nlohmann's type_error.
+TEST(OptimizerErrors, NamesAndValuesThatAreNotUtf8AreErrors) {
+  EXPECT_EQ(error_of([] {
+              update_graph({{"type", "adam\xff"}});
+            }),
+            "optimizer config: type \"adam\\xff\" is not valid UTF-8: byte 0xff at offset 4 is "
+            "never valid in UTF-8");
+  EXPECT_EQ(error_of([] { optimizer_defaults("sgd\xc3"); }),
+            "optimizer type \"sgd\\xc3\" is not valid UTF-8: byte 0xc3 at offset 3 starts a "
+            "character that is cut short");
+  EXPECT_EQ(error_of([] {
+              make({{"type", "sgd"}, {"l\xffr", 0.1}});
+            }),
+            "optimizer config: option name \"l\\xffr\" is not valid UTF-8: byte 0xff at offset 1 "
+            "is never valid in UTF-8");
+  EXPECT_THAT(error_of([] {
+                make({{"type", "sgd"}, {"lr", "x\xff"}});
+              }),
+              AllOf(StartsWith("optimizer config: option 'lr'"), HasSubstr("\"x\xef\xbf\xbd\"")));
+  EXPECT_THAT(error_of([] {
+                make({{"type", "sgd"}, {"loss_scale", "dyn\xff"}});
+              }),
+              HasSubstr("loss_scale must be \"dynamic\" or a number > 0, got \"dyn\xef\xbf\xbd\""));
+  EXPECT_THAT(
+      error_of([] {
+        make({{"type", "adam"}, {"state_dtype", "bf\xff"}});
+      }),
+      HasSubstr("option 'state_dtype' must be \"f32\" or \"bf16\", got \"bf\xef\xbf\xbd\""));
+  EXPECT_THAT(error_of([] { make(Options::array({"\xff"})); }),
+              HasSubstr("must be a JSON object, got [\"\xef\xbf\xbd\"]"));
+  Buf a(4), b(4);
+  auto opt = with_one_group("sgd", &a);
+  EXPECT_THAT(error_of([&] {
+                opt->add_param_group({b.ref()}, {{"\x80", 1}});
+              }),
+              StartsWith("param group 1: option name \"\\x80\" is not valid UTF-8"));
+
+  // Custom optimizers: the rule's name, its option names and its graph's names (state names).
+  const Options graph = Options::parse(R"({
+    "inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad"}],
+    "scalars": ["lr"],
+    "nodes": [{"id": "s", "op": "mul", "args": ["lr", "g"]},
+              {"id": "p1", "op": "sub", "args": ["p", "s"]}],
+    "outputs": {"p": "p1"}})");
+  auto custom = [&](const std::string& name, const Options& defaults, const Options& g) {
+    return Options{{"type", "custom"},
+                   {"rule", {{"name", name}, {"defaults", defaults}, {"graph", g}}}};
+  };
+  const Options lr = {{"lr", 0.1}};
+  EXPECT_NO_THROW(update_graph(custom("my_sgd", lr, graph)));
+  EXPECT_EQ(error_of([&] { update_graph(custom("my\xff", lr, graph)); }),
+            "custom optimizer name \"my\\xff\" is not valid UTF-8: byte 0xff at offset 2 is never "
+            "valid in UTF-8");
+  EXPECT_EQ(error_of([&] {
+              update_graph(custom("my_sgd", {{"lr", 0.1}, {"\xfe", 1.0}}, graph));
+            }),
+            "custom optimizer 'my_sgd': option name \"\\xfe\" is not valid UTF-8: byte 0xfe at "
+            "offset 0 is never valid in UTF-8");
+  Options with_state = graph;
+  with_state["inputs"].push_back({{"name", "m\xed\xbf\xbf"}, {"role", "state"}});
+  EXPECT_EQ(error_of([&] { update_graph(custom("my_sgd", lr, with_state)); }),
+            "custom optimizer 'my_sgd': graph JSON /inputs/2: state name \"m\\xed\\xbf\\xbf\" is "
+            "not valid UTF-8: byte 0xed at offset 1 starts a UTF-16 surrogate");
+  CustomOptimizer def{"my\xc0", lr, [&](const Options&) { return graph_json::from_json(graph); }};
+  EXPECT_EQ(error_of([&] { register_optimizer(def); }),
+            "custom optimizer name \"my\\xc0\" is not valid UTF-8: byte 0xc0 at offset 2 starts an "
+            "overlong encoding");
+}
+
+// A deep JSON value would overflow the stack where nlohmann copies or dumps it (recursively).
+TEST(OptimizerErrors, DeeplyNestedOptionsAreRejected) {
+  Options deep = Options::array();
+  for (int i = 0; i < 100; ++i) deep = Options::array({deep});
+  EXPECT_EQ(error_of([&] {
+              update_graph({{"type", "adam"}, {"betas", deep}});
+            }),
+            "optimizer config: JSON nested deeper than 64 levels");
+  Buf a(4), b(4);
+  auto opt = with_one_group("adam", &a);
+  EXPECT_EQ(error_of([&] {
+              opt->add_param_group({b.ref()}, {{"betas", deep}});
+            }),
+            "param group 1: JSON nested deeper than 64 levels");
 }
 
 // torch's own messages, e.g. ValueError("Invalid learning rate: -0.001"), with the group in front.
@@ -493,7 +597,8 @@ TEST(OptimizerErrors, SetGradOverlapMatchesABruteForceCheckAtEveryOffset) {
   const size_t kParams = 6, kLen = 4, kStride = 6;
   auto ref = [&](size_t i) {
     return ParamRef{{arena.data() + i * kStride, int64_t(kLen), {}},
-                    {grads.data() + i * kLen, int64_t(kLen), {}}, "p" + std::to_string(i)};
+                    {grads.data() + i * kLen, int64_t(kLen), {}},
+                    "p" + std::to_string(i)};
   };
   auto opt = Optimizer::create(engine(), {{"type", "sgd"}});
   opt->add_param_group({ref(0), ref(1), ref(2), ref(3)});
@@ -514,9 +619,10 @@ TEST(OptimizerErrors, SetGradOverlapMatchesABruteForceCheckAtEveryOffset) {
     SCOPED_TRACE("gradient at arena offset " + std::to_string(begin) + ": " + error);
     EXPECT_EQ(!error.empty(), !touched.empty());
     if (error.empty()) continue;
-    EXPECT_THAT(error,
-                AllOf(StartsWith("param group 0, tensor 1 ('p1'): grad memory overlaps the param of"),
-                      ::testing::AnyOfArray(touched)));
+    EXPECT_THAT(
+        error,
+        AllOf(StartsWith("param group 0, tensor 1 ('p1'): grad memory overlaps the param of"),
+              ::testing::AnyOfArray(touched)));
   }
   // Gradients may share memory (they are only read): tensor 2's grad over tensor 1's.
   EXPECT_NO_THROW(opt->set_grad(0, 2, {grads.data() + 4, int64_t(kLen), {}}));

@@ -53,7 +53,7 @@ enum class Op : uint8_t {
 #undef OPTFUSE_OP
 };
 
-std::string_view op_name(Op op);            // the textual name, e.g. "add"
+std::string_view op_name(Op op);             // the textual name, e.g. "add"
 bool parse_op(std::string_view s, Op* out);  // inverse of op_name
 int op_arity(Op op);
 unsigned op_flags(Op op);
@@ -67,11 +67,11 @@ using NodeId = int32_t;
 struct Node {
   Op op;
   DType dtype;
-  bool is_tensor;             // per-element value (else uniform across the tensor)
-  std::vector<NodeId> args;   // operands, in order
-  double value = 0;           // Const only
-  std::string name;           // Input / Scalar: its name; Opaque: the external computation
-  Role role = Role::Param;    // Input only
+  bool is_tensor;            // per-element value (else uniform across the tensor)
+  std::vector<NodeId> args;  // operands, in order
+  double value = 0;          // Const only
+  std::string name;          // Input / Scalar: its name; Opaque: the external computation
+  Role role = Role::Param;   // Input only
 };
 
 struct Output {
@@ -102,14 +102,17 @@ class Value {
   NodeId id_ = -1;
 };
 
+// Names (the graph's, inputs', scalars', outputs', results' and opaque callees') are UTF-8 text
+// without NUL; anything else is an Error naming the name and the offset of its bad byte
+// (src/graph/names.h says why). Other control characters are allowed: both forms escape them.
 class Graph {
  public:
-  explicit Graph(std::string name = "graph") : name_(std::move(name)) {}
+  explicit Graph(std::string name = "graph");
 
   const std::string& name() const { return name_; }
-  void set_name(std::string n) { name_ = std::move(n); }
+  void set_name(std::string n);
 
-  // Leaves. Input and scalar names are unique across the graph (Error otherwise).
+  // Leaves. Input and scalar names are non-empty and unique across the graph (Error otherwise).
   Value param(const std::string& name, DType t = DType::F32) { return input(Role::Param, name, t); }
   Value grad(const std::string& name, DType t = DType::F32) { return input(Role::Grad, name, t); }
   Value state(const std::string& name, DType t = DType::F32) { return input(Role::State, name, t); }

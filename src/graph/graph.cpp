@@ -6,11 +6,13 @@
 #include <string>
 
 #include "graph/eval.h"
+#include "graph/names.h"
 #include "optfuse/error.h"
 
 namespace optfuse {
 namespace {
 
+// Names are checked (check_name) before any message shows them, so quoting is enough.
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
 std::string op_str(Op op) { return std::string(op_name(op)); }
@@ -59,8 +61,7 @@ void check_types(const Graph& g, const Node& n) {
       fail("operand 1 has dtype " + dt_str(operand(0)) + "; expected f32 (rounded to bf16)");
     if (operand(1) != DType::F64 || g.node(n.args[1]).is_tensor)
       fail("operand 2 (the key) must be a uniform f64 holding an integer, got a " +
-           std::string(g.node(n.args[1]).is_tensor ? "tensor " : "uniform ") +
-           dt_str(operand(1)));
+           std::string(g.node(n.args[1]).is_tensor ? "tensor " : "uniform ") + dt_str(operand(1)));
     return require_result(DType::BF16);
   }
   if (n.op == Op::Opaque) return require_result(operand(0));
@@ -90,14 +91,18 @@ void check_structure(const Graph& g, const Node& n) {
       throw Error(op + ": operand " + std::to_string(i + 1) + " refers to %" +
                   std::to_string(n.args[i]) + ", which does not exist");
   }
-  if (n.op == Op::Opaque && n.name.empty())
-    throw Error("opaque: the name of the external computation must not be empty");
+  if (n.op == Op::Opaque) {
+    if (n.name.empty())
+      throw Error("opaque: the name of the external computation must not be empty");
+    check_name(n.name, "opaque name");
+  }
   if (op_has(n.op, kReduce | kRowReduce) && !g.node(n.args[0]).is_tensor)
     throw Error(op + ": operand 1 (%" + std::to_string(n.args[0]) +
                 ") is uniform, the same for every element; only per-element values are reduced");
   if (n.op == Op::Input || n.op == Op::Scalar) {
     const std::string leaf = n.op == Op::Input ? std::string(role_name(n.role)) : op;
     if (n.name.empty()) throw Error(leaf + ": the name must not be empty");
+    check_name(n.name, leaf + " name");
     if (g.find_input(n.name) >= 0 || g.find_scalar(n.name) >= 0)
       throw Error(leaf + ": the name " + quoted(n.name) + " is already declared");
   }
@@ -141,6 +146,13 @@ Value with_constant(Op op, double a, Value b) {
 }
 
 }  // namespace
+
+Graph::Graph(std::string name) { set_name(std::move(name)); }
+
+void Graph::set_name(std::string n) {
+  check_name(n, "graph name");
+  name_ = std::move(n);
+}
 
 const Node& Value::node() const {
   if (!graph_) throw Error("Value::node: the value is not a built value");
@@ -201,6 +213,7 @@ Value Graph::make(Op op, const std::vector<Value>& args, DType cast_to) {
 }
 
 void Graph::output(const std::string& replaces, Value v) {
+  check_name(replaces, "output name");
   const std::string what = "output " + quoted(replaces) + ": ";
   if (v.graph() != this)
     throw Error(what + (v.valid() ? "the value belongs to another graph" : "not a built value"));
@@ -219,6 +232,7 @@ void Graph::output(const std::string& replaces, Value v) {
 }
 
 void Graph::result(const std::string& name, Value v) {
+  check_name(name, "result name");
   const std::string what = "result " + quoted(name) + ": ";
   if (v.graph() != this)
     throw Error(what + (v.valid() ? "the value belongs to another graph" : "not a built value"));

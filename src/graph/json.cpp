@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <map>
+#include <set>
+#include <vector>
 
+#include "graph/names.h"
 #include "optfuse/error.h"
 
 namespace optfuse::graph_json {
@@ -23,7 +26,10 @@ class Reader {
       if (key != "name" && key != "inputs" && key != "scalars" && key != "nodes" &&
           key != "outputs" && key != "results")
         fail("/" + key, "unknown field (expected name, inputs, scalars, nodes, outputs, results)");
-    if (j.contains("name")) g_.set_name(string_at(j["name"], "/name"));
+    if (j.contains("name")) {
+      std::string name = string_at(j["name"], "/name");
+      guarded("/name", [&] { g_.set_name(std::move(name)); });
+    }
     each(j, "inputs", [&](const json& v, const std::string& at) { input(v, at); });
     each(j, "scalars", [&](const json& v, const std::string& at) { scalar(v, at); });
     each(j, "nodes", [&](const json& v, const std::string& at) { node(v, at); });
@@ -77,6 +83,7 @@ class Reader {
   void node(const json& v, const std::string& at) {
     object_with(v, at, {"id", "op", "args", "dtype", "attrs", "const"});
     std::string id = required_string(v, "id", at);
+    guarded(at + "/id", [&] { check_name(id, "node id"); });
     if (v.contains("const")) {
       if (v.contains("op") || v.contains("args")) fail(at, "a constant has no op or args");
       double value = number(v["const"], at + "/const");
@@ -95,7 +102,7 @@ class Reader {
     std::vector<Value> operands;
     for (size_t i = 0; i < args->size(); ++i)
       operands.push_back(operand((*args)[i], at + "/args/" + std::to_string(i)));
-    read_attributes(op, v, at);
+    const std::string callee = read_attributes(op, v, at);
     DType cast_to = DType::F32;
     if (op == Op::Cast) {
       if (!v.contains("dtype")) fail(at, "cast needs \"dtype\"");
@@ -104,16 +111,26 @@ class Reader {
       fail(at + "/dtype", "only cast and constants take a dtype (others derive it)");
     }
     // Number operands become constants of the other operand's dtype (Graph::make adopts them).
-    define(id, at, [&] { return g_.make(op, operands, cast_to).id(); });
+    define(id, at, [&] {
+      return (op == Op::Opaque ? opaque(callee, operands[0]) : g_.make(op, operands, cast_to)).id();
+    });
   }
 
-  // THE place for op attributes (axes of a reduction, a flag of an opaque op, ...): an op that has
-  // some reads them here from v["attrs"] into its Node. No op in ops.def has any yet.
-  void read_attributes(Op op, const json& v, const std::string& at) {
+  // THE place for op attributes (axes of a reduction, ...): an op that has some reads them here
+  // from v["attrs"] (and to_json writes them). Only opaque has one: "callee", the name of the
+  // external computation, returned.
+  std::string read_attributes(Op op, const json& v, const std::string& at) {
     auto attrs = v.find("attrs");
-    if (attrs == v.end()) return;
+    if (op == Op::Opaque) {
+      if (attrs == v.end() || !attrs->is_object() || attrs->size() != 1 ||
+          !attrs->contains("callee"))
+        fail(at + "/attrs", "opaque takes one attribute, \"callee\" (the external computation)");
+      return string_at((*attrs)["callee"], at + "/attrs/callee");
+    }
+    if (attrs == v.end()) return "";
     if (!attrs->is_object() || !attrs->empty())
       fail(at + "/attrs", std::string(op_name(op)) + " takes no attributes");
+    return "";
   }
 
   Value operand(const json& a, const std::string& at) {
@@ -131,7 +148,10 @@ class Reader {
     if (it == j.end() && j.contains("results")) return;  // a read-only statistics pass
     if (it == j.end()) fail("/outputs", "missing (an object: replaced input -> node id)");
     if (!it->is_object()) fail("/outputs", "must be an object, got " + kind(*it));
-    for (const auto& [replaces, value] : it->items()) {
+    for (const auto& item : it->items()) {  // (clang 14 cannot capture structured bindings)
+      const std::string& replaces = item.key();
+      const json& value = item.value();
+      guarded("/outputs", [&] { check_name(replaces, "output name"); });  // before it is shown
       const std::string at = "/outputs/" + replaces;
       Value v = operand(value, at);
       guarded(at, [&] { g_.output(replaces, v); });
@@ -143,7 +163,10 @@ class Reader {
     auto it = j.find("results");
     if (it == j.end()) return;
     if (!it->is_object()) fail("/results", "must be an object, got " + kind(*it));
-    for (const auto& [name, value] : it->items()) {
+    for (const auto& item : it->items()) {
+      const std::string& name = item.key();
+      const json& value = item.value();
+      guarded("/results", [&] { check_name(name, "result name"); });
       const std::string at = "/results/" + name;
       Value v = operand(value, at);
       guarded(at, [&] { g_.result(name, v); });
@@ -204,7 +227,9 @@ class Reader {
     return t;
   }
 
-  static std::string kind(const json& v) { return std::string(v.type_name()) + " " + v.dump(); }
+  static std::string kind(const json& v) {
+    return std::string(v.type_name()) + " " + message_text(v);
+  }
 
   [[noreturn]] void fail(const std::string& at, const std::string& what) const {
     std::string prefix = where_.empty() ? "" : where_ + ": ";
@@ -224,14 +249,48 @@ json number_json(double v) {
 
 }  // namespace
 
-Graph from_json(const json& j, const std::string& where) { return Reader(where).read(j); }
+std::string message_text(const json& v) {
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void check_nesting(const json& v, const std::string& what) {
+  constexpr size_t kMaxDepth = 64;
+  std::vector<std::pair<const json*, size_t>> todo{{&v, 1}};
+  while (!todo.empty()) {
+    auto [j, depth] = todo.back();
+    todo.pop_back();
+    if (depth > kMaxDepth)
+      throw Error(what + ": JSON nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (j->is_structured())
+      for (const json& e : *j) todo.emplace_back(&e, depth + 1);
+  }
+}
+
+Graph from_json(const json& j, const std::string& where) {
+  check_nesting(j, (where.empty() ? "" : where + ": ") + "graph JSON");
+  try {
+    return Reader(where).read(j);
+  } catch (const json::exception& e) {  // a JSON value built in C++ can hold what text cannot
+    throw Error((where.empty() ? "" : where + ": ") + "graph JSON: " + e.what());
+  }
+}
 
 json to_json(const Graph& g) {
   json inputs = json::array(), scalars = json::array(), nodes = json::array();
-  auto id = [&](NodeId i) {
-    const Node& n = g.node(i);
-    return n.op == Op::Input || n.op == Op::Scalar ? n.name : "%" + std::to_string(i);
-  };
+  // Leaves are named by their names, other nodes "%N"; a leaf may be named "%N" too, so such an
+  // id gets primes until it is unique (ids share one namespace when read back).
+  std::set<std::string> leaves;
+  for (const Node& n : g.nodes())
+    if (n.op == Op::Input || n.op == Op::Scalar) leaves.insert(n.name);
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    std::string id = n.op == Op::Input || n.op == Op::Scalar ? n.name : "%" + std::to_string(i);
+    if (n.op != Op::Input && n.op != Op::Scalar)
+      while (leaves.count(id)) id += "'";
+    ids.push_back(std::move(id));
+  }
+  auto id = [&](NodeId i) { return ids.at(static_cast<size_t>(i)); };
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     const std::string dt(dtype_name(n.dtype));
@@ -245,6 +304,7 @@ json to_json(const Graph& g) {
       json node = {{"id", id(i)}, {"op", std::string(op_name(n.op))}, {"args", json::array()}};
       for (NodeId a : n.args) node["args"].push_back(id(a));
       if (n.op == Op::Cast) node["dtype"] = dt;
+      if (n.op == Op::Opaque) node["attrs"] = {{"callee", n.name}};
       nodes.push_back(node);
     }
   }
@@ -272,11 +332,18 @@ Graph parse_json(std::string_view text) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("graph JSON: not valid JSON: ") + e.what());
+    // (nlohmann shows the bytes last read, which need not be UTF-8.)
+    throw Error("graph JSON: not valid JSON: " + escape_invalid_utf8(e.what()));
   }
   return graph_json::from_json(j);
 }
 
-std::string print_json(const Graph& g) { return graph_json::to_json(g).dump(2); }
+std::string print_json(const Graph& g) {
+  try {
+    return graph_json::to_json(g).dump(2);
+  } catch (const nlohmann::json::exception& e) {  // names are checked where they enter (names.h)
+    internal_error(std::string("print_json: ") + e.what());
+  }
+}
 
 }  // namespace optfuse

@@ -14,4 +14,13 @@ namespace optfuse::graph_json {
 Graph from_json(const nlohmann::json& j, const std::string& where = "");
 nlohmann::json to_json(const Graph& g);
 
+// `v` as JSON text for an error message: never throws (invalid UTF-8, which only a value built in
+// C++ can hold, becomes U+FFFD; dump() would throw).
+std::string message_text(const nlohmann::json& v);
+
+// Throws Error("<what>: JSON nested deeper than 64 levels") for a deeper `v`: nlohmann copies,
+// compares and dumps values recursively, so a deep one would overflow the stack. (No optfuse JSON
+// goes deeper than about 8.) Checked without recursion.
+void check_nesting(const nlohmann::json& v, const std::string& what);
+
 }  // namespace optfuse::graph_json

@@ -5,30 +5,15 @@
 #include <string>
 #include <unordered_map>
 
+#include "graph/names.h"
 #include "optfuse/error.h"
 #include "optfuse/graph.h"
 
 namespace optfuse {
 namespace {
 
-// Names are quoted; '"', '\' and control bytes are escaped so any name survives a round trip.
-std::string quote(const std::string& s) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
+// Names are written as quote_name (graph/names.h) escapes them: any name survives a round trip.
+std::string quote(const std::string& s) { return quote_name(s); }
 
 // "%.17g" (enough digits for any double to round-trip) via to_chars: printf would follow the
 // C locale's decimal point, and the text is hashed, so it must not depend on the process locale.
@@ -156,7 +141,8 @@ class Parser {
 
   Graph parse_graph() {
     expect_word("graph");
-    g_.set_name(expect(Tok::String, "the graph name in quotes").text);
+    Token name = expect(Tok::String, "the graph name in quotes");
+    at_line(name.line, [&] { g_.set_name(name.text); });
     expect_punct("{");
     while (!(tok_.kind == Tok::Punct && tok_.text == "}")) statement();
     advance();
@@ -303,8 +289,14 @@ class Parser {
         return "'%" + t.text + "'";
       case Tok::End:
         return t.text;
-      case Tok::Word:
       case Tok::Punct:
+        // A stray byte that is not printable ASCII is shown as hex, so messages stay UTF-8.
+        if (const auto c = static_cast<unsigned char>(t.text[0]); c < 0x20 || c >= 0x7f) {
+          static const char kHex[] = "0123456789abcdef";
+          return std::string("byte 0x") + kHex[c >> 4] + kHex[c & 15];
+        }
+        break;
+      case Tok::Word:
         break;
     }
     return "'" + t.text + "'";

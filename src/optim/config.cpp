@@ -1,19 +1,26 @@
 #include "optim/config.h"
 
+#include "graph/names.h"
 #include "optfuse/error.h"
 #include "optim/options.h"
 #include "optim/precision.h"
 
 namespace optfuse::optim {
+namespace {
 
-ParsedConfig parse_config(const Options& config) {
-  if (!config.is_object()) throw Error("optimizer config must be a JSON object, got " + config.dump());
+ParsedConfig parse(const Options& config) {
+  check_nesting(config, "optimizer config");  // before anything copies or shows it
+  if (!config.is_object())
+    throw Error("optimizer config must be a JSON object, got " + message_text(config));
   auto type = config.find("type");
   if (type == config.end() || !type->is_string()) {
     std::string known;
     for (const auto& k : rule_types()) known += (known.empty() ? "" : ", ") + k;
     throw Error("optimizer config needs \"type\" (one of: " + known + ")");
   }
+  // The type and option names are checked where they enter (the type here, option names by
+  // merge), so that messages, explain output and saved state can show them.
+  check_name(type->get<std::string>(), "optimizer config: type");
   ParsedConfig parsed;
   parsed.rule = make_rule_for_config(config);
   Options rest = config;
@@ -29,6 +36,16 @@ ParsedConfig parse_config(const Options& config) {
   parsed.rule->validate(parsed.defaults, "optimizer config");
   validate_precision(parsed.defaults, "optimizer config");
   return parsed;
+}
+
+}  // namespace
+
+ParsedConfig parse_config(const Options& config) {
+  try {
+    return parse(config);
+  } catch (const nlohmann::json::exception& e) {  // e.g. a get<>() of the wrong kind
+    throw Error(std::string("optimizer config: ") + e.what());
+  }
 }
 
 }  // namespace optfuse::optim

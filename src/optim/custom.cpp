@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "graph/json.h"
+#include "graph/names.h"
 #include "optfuse/error.h"
 #include "optfuse/idioms.h"
 #include "optim/options.h"
@@ -65,7 +66,7 @@ class CustomRule final : public UpdateRule {
           double b = value[i].is_number() ? value[i].get<double>() : NAN;
           if (!(b >= 0 && b < 1))
             throw Error(where + ": Invalid beta parameter at index " + std::to_string(i) + ": " +
-                        (value[i].is_number() ? pyfloat(b) : value[i].dump()));
+                        (value[i].is_number() ? pyfloat(b) : message_text(value[i])));
         }
         continue;
       }
@@ -173,8 +174,11 @@ std::string lower(std::string s) {
 
 std::unique_ptr<UpdateRule> make_custom_rule(const CustomOptimizer& def) {
   if (def.type.empty()) throw Error("custom optimizer: the type name must not be empty");
+  check_name(def.type, "custom optimizer name");
   if (!def.defaults.is_object())
     throw Error("custom optimizer " + quoted(def.type) + ": defaults must be a JSON object");
+  for (const auto& [name, value] : def.defaults.items())
+    check_name(name, "custom optimizer " + quoted(def.type) + ": option name");
   auto rule = std::make_unique<CustomRule>(def);
   rule->validate(def.defaults, "custom optimizer " + quoted(def.type) + " defaults");
   rule->check(def.defaults);
@@ -235,6 +239,7 @@ CustomOptimizer custom_optimizer_from_json(const Options& def) {
   if (!def.contains("graph")) throw Error(where + ": needs \"graph\"");
   CustomOptimizer c;
   c.type = def["name"].get<std::string>();
+  check_name(c.type, where + " name");  // before messages show it
   c.defaults = def.value("defaults", Options::object());
   Graph g = graph_json::from_json(def["graph"], where + " '" + c.type + "'");
   c.graph = [g](const Options&) { return g; };

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "graph/names.h"
 #include "optfuse/error.h"
 
 namespace optfuse::optim {
@@ -36,7 +37,8 @@ static const Options& get(const Options& h, const std::string& name, const std::
 
 double number(const Options& h, const std::string& name, const std::string& where) {
   const Options& v = get(h, name, where);
-  if (!v.is_number()) throw Error(where + ": option '" + name + "' must be a number, got " + v.dump());
+  if (!v.is_number())
+    throw Error(where + ": option '" + name + "' must be a number, got " + message_text(v));
   double d = v.get<double>();
   if (!std::isfinite(d))
     throw Error(where + ": option '" + name + "' must be finite, got " + pyfloat(d));
@@ -45,14 +47,17 @@ double number(const Options& h, const std::string& name, const std::string& wher
 
 bool flag(const Options& h, const std::string& name, const std::string& where) {
   const Options& v = get(h, name, where);
-  if (!v.is_boolean()) throw Error(where + ": option '" + name + "' must be true or false, got " + v.dump());
+  if (!v.is_boolean())
+    throw Error(where + ": option '" + name + "' must be true or false, got " + message_text(v));
   return v.get<bool>();
 }
 
-std::pair<double, double> pair(const Options& h, const std::string& name, const std::string& where) {
+std::pair<double, double> pair(const Options& h, const std::string& name,
+                               const std::string& where) {
   const Options& v = get(h, name, where);
   if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number())
-    throw Error(where + ": option '" + name + "' must be a list of two numbers, got " + v.dump());
+    throw Error(where + ": option '" + name + "' must be a list of two numbers, got " +
+                message_text(v));
   std::pair<double, double> p{v[0].get<double>(), v[1].get<double>()};
   for (double d : {p.first, p.second})
     if (!std::isfinite(d))
@@ -67,19 +72,24 @@ static bool same_kind(const Options& a, const Options& b) {
 
 Options merge(const Options& base, const Options& overrides, const std::string& type,
               const std::string& where) {
+  check_nesting(overrides, where);  // before anything copies or shows it
   Options out = base;
   if (overrides.is_null()) return out;
-  if (!overrides.is_object()) throw Error(where + ": options must be a JSON object, got " + overrides.dump());
+  if (!overrides.is_object())
+    throw Error(where + ": options must be a JSON object, got " + message_text(overrides));
   for (auto it = overrides.begin(); it != overrides.end(); ++it) {
+    check_name(it.key(), where + ": option name");
     auto def = base.find(it.key());
     if (def == base.end()) {
       std::string known;
-      for (auto k = base.begin(); k != base.end(); ++k) known += (known.empty() ? "" : ", ") + k.key();
-      throw Error(where + ": unknown option '" + it.key() + "' for " + type + " (known: " + known + ")");
+      for (auto k = base.begin(); k != base.end(); ++k)
+        known += (known.empty() ? "" : ", ") + k.key();
+      throw Error(where + ": unknown option '" + it.key() + "' for " + type + " (known: " + known +
+                  ")");
     }
     if (!same_kind(*def, it.value()))
-      throw Error(where + ": option '" + it.key() + "' must be like " + def->dump() + ", got " +
-                  it.value().dump());
+      throw Error(where + ": option '" + it.key() + "' must be like " + message_text(*def) +
+                  ", got " + message_text(it.value()));
     out[it.key()] = it.value();
   }
   return out;

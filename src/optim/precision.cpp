@@ -14,8 +14,8 @@ const char* const kMasterState = "master";
 const char* const kRoundingKey = "rounding_key";
 
 std::string Precision::str() const {
-  return std::string("param=") + std::string(dtype_name(param)) + ",grad=" +
-         std::string(dtype_name(grad)) + ",state=" + std::string(dtype_name(state)) +
+  return std::string("param=") + std::string(dtype_name(param)) +
+         ",grad=" + std::string(dtype_name(grad)) + ",state=" + std::string(dtype_name(state)) +
          ",sr=" + (stochastic ? "1" : "0");
 }
 
@@ -32,7 +32,8 @@ Options with_precision_defaults(Options rule_defaults) {
 void validate_precision(const Options& h, const std::string& where) {
   const Options& sd = h.at("state_dtype");
   if (!sd.is_string() || (sd != "f32" && sd != "bf16"))
-    throw Error(where + ": option 'state_dtype' must be \"f32\" or \"bf16\", got " + sd.dump());
+    throw Error(where + ": option 'state_dtype' must be \"f32\" or \"bf16\", got " +
+                message_text(sd));
   flag(h, "stochastic_rounding", where);
   double seed = number(h, "rounding_seed", where);
   if (seed < 0 || seed >= 4294967296.0 || seed != std::floor(seed))
@@ -104,13 +105,15 @@ class PrecisionRewriter {
     return out_.add_node(std::move(n));
   }
 
-  NodeId widened(Value v) { return v.node().dtype == DType::F32 ? v.id() : cast(v, DType::F32).id(); }
+  NodeId widened(Value v) {
+    return v.node().dtype == DType::F32 ? v.id() : cast(v, DType::F32).id();
+  }
 
   void store(const Output& o, Value v) {
     if (o.replaces == param_name_) {
       out_.output(kMasterState, v);
-      Value low = p_.stochastic ? round_sr(v, out_.scalar(kRoundingKey, DType::F64))
-                                : cast(v, p_.param);
+      Value low =
+          p_.stochastic ? round_sr(v, out_.scalar(kRoundingKey, DType::F64)) : cast(v, p_.param);
       out_.output(o.replaces, low);
       return;
     }

@@ -1,19 +1,21 @@
 #include <algorithm>
 #include <cctype>
 
+#include "graph/names.h"
 #include "optfuse/error.h"
 #include "optim/rule.h"
 
 namespace optfuse::optim {
 
 std::vector<std::string> rule_types() {
-  std::vector<std::string> types = {"adagrad", "adam",  "adamax",  "adamw", "lamb",   "lars",
-                                    "lion",    "nadam", "radam",   "rmsprop", "sgd", "sparseadam"};
+  std::vector<std::string> types = {"adagrad", "adam",  "adamax", "adamw",   "lamb", "lars",
+                                    "lion",    "nadam", "radam",  "rmsprop", "sgd",  "sparseadam"};
   for (const std::string& t : registered_types()) types.push_back(t);
   return types;
 }
 
 std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
+  check_name(type, "optimizer type");
   std::string t = type;
   std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
   if (t == "sgd") return make_sgd();

@@ -10,10 +10,9 @@ namespace {
 
 constexpr const char* kWhere = "optimizer config";
 
-const char* const kNames[] = {"max_grad_norm",   "norm_type",     "error_if_nonfinite",
-                              "loss_scale",      "init_scale",    "growth_factor",
-                              "backoff_factor",  "growth_interval", "accumulation_steps",
-                              "accumulation"};
+const char* const kNames[] = {
+    "max_grad_norm", "norm_type",      "error_if_nonfinite", "loss_scale",         "init_scale",
+    "growth_factor", "backoff_factor", "growth_interval",    "accumulation_steps", "accumulation"};
 
 std::string bad(const std::string& what) { return std::string(kWhere) + ": " + what; }
 
@@ -39,12 +38,14 @@ void take_clipping(Options& c, StepOptions* s) {
   if (c.contains("norm_type")) {
     const Options& v = c.at("norm_type");
     bool two = v.is_number() && v.get<double>() == 2.0;
-    bool inf = v.is_string() && (v.get<std::string>() == "inf" || v.get<std::string>() == "Infinity");
+    bool inf =
+        v.is_string() && (v.get<std::string>() == "inf" || v.get<std::string>() == "Infinity");
     if (!two && !inf)
-      throw Error(bad("unsupported norm_type " + v.dump() + " (supported: 2 and \"inf\")"));
+      throw Error(bad("unsupported norm_type " + message_text(v) + " (supported: 2 and \"inf\")"));
     s->norm_inf = inf;
   }
-  if (c.contains("error_if_nonfinite")) s->error_if_nonfinite = flag(c, "error_if_nonfinite", kWhere);
+  if (c.contains("error_if_nonfinite"))
+    s->error_if_nonfinite = flag(c, "error_if_nonfinite", kWhere);
   for (const char* n : {"norm_type", "error_if_nonfinite"})
     if (c.contains(n) && !s->clipping())
       throw Error(bad(std::string("'") + n + "' needs \"max_grad_norm\" (gradient clipping)"));
@@ -61,7 +62,7 @@ void take_loss_scale(Options& c, StepOptions* s) {
       if (!std::isfinite(s->static_scale) || s->static_scale <= 0)
         throw Error(bad("Invalid loss_scale: " + pyfloat(s->static_scale) + " (must be > 0)"));
     } else {
-      throw Error(bad("loss_scale must be \"dynamic\" or a number > 0, got " + v.dump()));
+      throw Error(bad("loss_scale must be \"dynamic\" or a number > 0, got " + message_text(v)));
     }
   }
   const bool dynamic = s->loss_scale == StepOptions::LossScale::Dynamic;
@@ -73,14 +74,17 @@ void take_loss_scale(Options& c, StepOptions* s) {
   if (c.contains("growth_factor")) s->growth_factor = number(c, "growth_factor", kWhere);
   if (c.contains("backoff_factor")) s->backoff_factor = number(c, "backoff_factor", kWhere);
   // torch.cuda.amp.GradScaler's own checks, with its wording.
-  if (s->init_scale <= 0) throw Error(bad("Invalid init_scale: " + pyfloat(s->init_scale) + " (must be > 0)"));
-  if (s->growth_factor <= 1.0) throw Error(bad("The growth factor must be > 1.0, got " + pyfloat(s->growth_factor)));
+  if (s->init_scale <= 0)
+    throw Error(bad("Invalid init_scale: " + pyfloat(s->init_scale) + " (must be > 0)"));
+  if (s->growth_factor <= 1.0)
+    throw Error(bad("The growth factor must be > 1.0, got " + pyfloat(s->growth_factor)));
   if (s->backoff_factor >= 1.0 || s->backoff_factor <= 0)
-    throw Error(bad("The backoff factor must be < 1.0 (and > 0), got " + pyfloat(s->backoff_factor)));
+    throw Error(
+        bad("The backoff factor must be < 1.0 (and > 0), got " + pyfloat(s->backoff_factor)));
   if (c.contains("growth_interval")) {
     const Options& v = c.at("growth_interval");
     if (!integer_value(v, &s->growth_interval) || s->growth_interval <= 0)
-      throw Error(bad("growth_interval must be an integer > 0, got " + v.dump()));
+      throw Error(bad("growth_interval must be an integer > 0, got " + message_text(v)));
   }
 }
 
@@ -88,12 +92,12 @@ void take_accumulation(Options& c, StepOptions* s) {
   if (c.contains("accumulation_steps")) {
     const Options& v = c.at("accumulation_steps");
     if (!integer_value(v, &s->accumulation_steps) || s->accumulation_steps < 1)
-      throw Error(bad("accumulation_steps must be an integer >= 1, got " + v.dump()));
+      throw Error(bad("accumulation_steps must be an integer >= 1, got " + message_text(v)));
   }
   if (c.contains("accumulation")) {
     const Options& v = c.at("accumulation");
     if (!v.is_string() || (v.get<std::string>() != "mean" && v.get<std::string>() != "sum"))
-      throw Error(bad("accumulation must be \"mean\" or \"sum\", got " + v.dump()));
+      throw Error(bad("accumulation must be \"mean\" or \"sum\", got " + message_text(v)));
     s->accumulation_mean = v.get<std::string>() == "mean";
   }
 }

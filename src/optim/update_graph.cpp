@@ -1,4 +1,5 @@
-// update_graph(): what add_param_group + step would compile, without tensors (for `optfuse warmup`).
+// update_graph(): what add_param_group + step would compile, without tensors (for `optfuse
+// warmup`).
 #include "optfuse/error.h"
 #include "optfuse/optim.h"
 #include "optim/config.h"
@@ -9,7 +10,9 @@
 
 namespace optfuse {
 
-Graph update_graph(const Options& config, const Options& overrides, DType param, DType grad) {
+namespace {
+
+Graph build(const Options& config, const Options& overrides, DType param, DType grad) {
   optim::ParsedConfig parsed = optim::parse_config(config);
   const optim::UpdateRule& rule = *parsed.rule;
   const optim::StepControl control(parsed.step);
@@ -21,6 +24,16 @@ Graph update_graph(const Options& config, const Options& overrides, DType param,
   optim::check_tensor_dtype(grad, "grad", "param group");
   return optim::apply_precision(optim::with_grad_prologue(rule.graph(group), control.prologue()),
                                 optim::group_precision(group, param, grad, "param group"));
+}
+
+}  // namespace
+
+Graph update_graph(const Options& config, const Options& overrides, DType param, DType grad) {
+  try {
+    return build(config, overrides, param, grad);
+  } catch (const nlohmann::json::exception& e) {  // as parse_config (src/optim/config.cpp)
+    throw Error(std::string("update_graph: ") + e.what());
+  }
 }
 
 }  // namespace optfuse

@@ -1,0 +1,19 @@
+// libFuzzer target: the graph text parser, optfuse::parse (include/optfuse/graph.h). Checks as
+// fuzz_checks.h says; seeds: corpus/graph_text/.
+#include <cstddef>
+#include <cstdint>
+
+#include "fuzz_checks.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace optfuse;
+  Graph g;
+  try {
+    g = parse(std::string_view(reinterpret_cast<const char*>(data), size));
+  } catch (const Error& e) {
+    fuzz::check_rejection(e);
+    return 0;
+  }
+  fuzz::check_round_trips(g);
+  return 0;
+}
