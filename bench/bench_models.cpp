@@ -17,7 +17,9 @@
 // median step), `ceiling_GBps` and `flat_ceiling_GBps` (28 B/element / median pass), `share` and
 // `flat_share` (median over iterations of the step's GB/s over that iteration's ceiling GB/s),
 // `tensors`, `groups`, `elements`. So share says what the arithmetic costs, flat_share what the
-// arithmetic and the per-tensor layout cost together. See bench/README.md.
+// arithmetic and the per-tensor layout cost together. Model/ceiling/f32/resnet50 is a control:
+// the step replaced by the per-tensor ceiling (share 1 if the pairing is fair). See
+// bench/README.md.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -50,7 +52,8 @@ struct Layout {
     std::vector<tools::ModelSpec::Param> tensors;
   };
   std::string name;
-  Options config;  // Optimizer::create's
+  std::string optimizer;  // for the benchmark's name
+  Options config;         // Optimizer::create's
   std::vector<Group> groups;
 
   int64_t tensors() const {
@@ -86,6 +89,7 @@ Layout from_spec(const std::string& file) {
   const tools::ModelSpec spec = tools::load_spec(spec_path(file));
   Layout l;
   l.name = spec.model;
+  l.optimizer = "adamw";
   l.config = adamw_options(spec.optimizer);
   l.config["type"] = "adamw";
   for (const auto& g : spec.groups) {
@@ -98,7 +102,7 @@ Layout from_spec(const std::string& file) {
 
 // `count` tensors of `each` elements in one group.
 Layout uniform(const std::string& name, int64_t count, int64_t each, const Options& config) {
-  Layout l{name, config, {{Options::object(), {}}}};
+  Layout l{name, "adamw", config, {{Options::object(), {}}}};
   for (int64_t i = 0; i < count; ++i)
     l.groups[0].tensors.push_back({"t" + std::to_string(i), {each}, "float32", each});
   return l;
@@ -106,7 +110,8 @@ Layout uniform(const std::string& name, int64_t count, int64_t each, const Optio
 
 // GPT-2 small, one flat tensor of its element count, ResNet-50, 1000 x 1K: the two GPT-2-sized
 // layouts next to each other, so their runs are close in time. The synthetic ones take GPT-2's
-// optimizer options.
+// optimizer options. After ResNet-50, a control: the same layout with the ceiling optimizer as
+// the "step", so its share reads 1 unless the pairing favours one position.
 const std::deque<Layout>& layouts() {
   static const std::deque<Layout> all = [] {
     std::deque<Layout> l;
@@ -115,6 +120,11 @@ const std::deque<Layout>& layouts() {
     l.push_back(
         uniform("flat-" + std::to_string(gpt2.elements()), 1, gpt2.elements(), gpt2.config));
     l.push_back(from_spec("resnet50.json"));
+    Layout control = l.back();
+    control.optimizer = "ceiling";
+    control.config = {{"type", ceiling_optimizer_type()}};
+    for (auto& g : control.groups) g.overrides = Options::object();
+    l.push_back(std::move(control));
     l.push_back(uniform("1000x1K", 1000, 1024, gpt2.config));
     return l;
   }();
@@ -274,7 +284,7 @@ void BM_Model(benchmark::State& state, const Layout& l) {
 
 void register_all() {
   for (const Layout& l : layouts())
-    benchmark::RegisterBenchmark(("Model/adamw/f32/" + l.name).c_str(),
+    benchmark::RegisterBenchmark(("Model/" + l.optimizer + "/f32/" + l.name).c_str(),
                                  [&l](benchmark::State& s) { BM_Model(s, l); })
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
