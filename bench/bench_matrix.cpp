@@ -15,8 +15,6 @@
 // state 16), so their share of the same f32 ceiling compares directly.
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -30,8 +28,6 @@
 
 namespace optfuse::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct DtypeAxis {
   const char* name;
@@ -61,15 +57,6 @@ TensorRef tensor_over(float* storage, int64_t n, DType t) {
 Engine& matrix_engine() {
   static Engine e;  // the schedules every engine finds (resolve_schedule_db)
   return e;
-}
-
-double seconds(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
 }
 
 void BM_Matrix(benchmark::State& state, const std::string& type, const DtypeAxis& dtype) {
@@ -107,11 +94,11 @@ void BM_Matrix(benchmark::State& state, const std::string& type, const DtypeAxis
     for (auto _ : state) {
       auto t0 = Clock::now();
       opt->step();
-      double ts = seconds(t0);
+      double ts = seconds_since(t0);
       state.SetIterationTime(ts);
       t0 = Clock::now();
       ceiling->run(ceiling_call);
-      double tc = seconds(t0);
+      double tc = seconds_since(t0);
       t_step.push_back(ts);
       t_ceiling.push_back(tc);
       shares.push_back((bytes / ts) / (ceiling_bytes / tc));

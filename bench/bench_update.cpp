@@ -212,7 +212,6 @@ void BM_Ceiling_3R2W(benchmark::State& state) {
 void paired_calls(benchmark::State& state, const Kernel& a,
                   const std::map<std::string, double>& a_scalars, const Kernel& b,
                   const std::map<std::string, double>& b_scalars) {
-  using Clock = std::chrono::steady_clock;
   std::vector<double> t_a, t_b;
   Arrays arrays(8, state.range(0));
   const KernelCall ca = call_over(a, arrays, 0, a_scalars);
@@ -221,7 +220,7 @@ void paired_calls(benchmark::State& state, const Kernel& a,
   auto timed = [](const Kernel& k, const KernelCall& c) {
     auto t0 = Clock::now();
     k.run(c);
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    return seconds_since(t0);
   };
   bool a_first = true;
   for (auto _ : state) {
@@ -234,10 +233,6 @@ void paired_calls(benchmark::State& state, const Kernel& a,
     }
     a_first = !a_first;
   }
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
   state.counters["ratio_median"] = median(t_b) / median(t_a);
   state.counters["ratio_min"] =
       *std::min_element(t_b.begin(), t_b.end()) / *std::min_element(t_a.begin(), t_a.end());

@@ -1,10 +1,12 @@
 #include "bench/support.h"
 
-#include <cstdlib>
+#include <algorithm>
+#include <cstddef>
 #include <new>
-#include <vector>
 
 #include "optfuse/error.h"
+#include "optfuse/optim.h"
+#include "tools/bandwidth.h"
 
 namespace optfuse::bench {
 
@@ -16,10 +18,7 @@ Engine& engine() {
 namespace {
 
 struct Pool {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::vector<std::unique_ptr<float, Free>> arrays;
+  std::vector<FloatBuffer> arrays;
   int64_t capacity = 0;  // elements per array
 };
 
@@ -28,14 +27,19 @@ Pool& pool() {
   return p;
 }
 
-float* allocate(int64_t n) {
+}  // namespace
+
+FloatBuffer allocate_floats(int64_t n) {
   size_t bytes = (static_cast<size_t>(n) * sizeof(float) + 4095) / 4096 * 4096;
   void* p = std::aligned_alloc(4096, bytes);
   if (p == nullptr) throw std::bad_alloc();
-  return static_cast<float*>(p);
+  return FloatBuffer(static_cast<float*>(p));
 }
 
-}  // namespace
+void fill_array(float* d, int64_t n, int index) {
+  const float base = 0.25f + 0.125f * static_cast<float>(index);
+  for (int64_t i = 0; i < n; ++i) d[i] = base + static_cast<float>(i & 1023) * (1.0f / 1024.0f);
+}
 
 Arrays::Arrays(int count, int64_t n) : count_(count), n_(n) {
   Pool& p = pool();
@@ -43,12 +47,8 @@ Arrays::Arrays(int count, int64_t n) : count_(count), n_(n) {
     p.arrays.clear();
     p.capacity = n;
   }
-  while (static_cast<int>(p.arrays.size()) < count) p.arrays.emplace_back(allocate(p.capacity));
-  for (int a = 0; a < count; ++a) {
-    float* d = p.arrays[static_cast<size_t>(a)].get();
-    const float base = 0.25f + 0.125f * static_cast<float>(a);
-    for (int64_t i = 0; i < n; ++i) d[i] = base + static_cast<float>(i & 1023) * (1.0f / 1024.0f);
-  }
+  while (static_cast<int>(p.arrays.size()) < count) p.arrays.push_back(allocate_floats(p.capacity));
+  for (int a = 0; a < count; ++a) fill_array(p.arrays[static_cast<size_t>(a)].get(), n, a);
 }
 
 float* Arrays::operator[](int i) const {
@@ -83,6 +83,24 @@ KernelCall make_call(const Kernel& k, const std::map<std::string, float*>& tenso
     call.outputs.push_back(call.inputs[static_cast<size_t>(i)]);
   }
   return call;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) internal_error("median of no values");
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+const std::string& ceiling_optimizer_type() {
+  static const std::string type = [] {
+    CustomOptimizer def;
+    def.type = "bench_ceiling_4r3w";
+    def.defaults = {{"lr", 0.0}};  // unused by the graph
+    def.graph = [](const Options&) { return tools::stream_4r3w_graph(); };
+    register_optimizer(def);
+    return def.type;
+  }();
+  return type;
 }
 
 std::string label(const Kernel& k) {
