@@ -428,10 +428,12 @@ def plot(res, path):
                    key=lambda n: (not n.startswith("optfuse"), n))
     fig, ax = plt.subplots(figsize=(11, 5))
     w = 0.8 / max(1, len(names))
+    top = 0.0
     for i, n in enumerate(names):
         rs = [next((r for r in c["rows"] if r["name"] == n and r.get("share")), None)
               for c in cases]
         ys = [r["share"] if r else 0 for r in rs]
+        top = max([top] + ys)
         # spread over rounds: the share at the slowest and at the fastest round
         lo = [r["share"] * r["ms"] / max(r["rounds_ms"]) if r else 0 for r in rs]
         hi = [r["share"] * r["ms"] / min(r["rounds_ms"]) if r else 0 for r in rs]
@@ -439,14 +441,16 @@ def plot(res, path):
                yerr=[[y - l for y, l in zip(ys, lo)], [h - y for y, h in zip(ys, hi)]],
                error_kw={"elinewidth": 0.7, "capsize": 2})
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_ylim(0, max(1.5, 1.3 * top))   # whiskers of a noisy run may leave the frame
     ax.set_xticks([k + 0.4 - w / 2 for k in range(len(cases))], [c["label"] for c in cases])
     ax.set_ylabel("share of the 4r3w ceiling (ceiling time / step time)\n"
                   "bars: median over rounds, whiskers: slowest..fastest round", fontsize=8)
     m = res["machine"]
     ax.set_title(("SMOKE TEST — " if res["args"]["quick"] else "") + f"AdamW step on {m['cpu']} "
                  f"(avx512f {'yes' if m['avx512f'] else 'no'}), torch {m['torch']}, "
-                 f"{m['torch_threads']} threads", fontsize=9)
-    ax.legend(fontsize=8)
+                 f"{m['torch_threads']} threads; load average {m['loadavg_start']:.1f} at the "
+                 f"start, {m.get('loadavg_end', float('nan')):.1f} at the end", fontsize=9)
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.07))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
