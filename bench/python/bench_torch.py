@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""optfuse.torch.AdamW against torch.optim.AdamW (fused / foreach / torch.compile) and DeepSpeed's
-CPU Adam, with a 4-read-3-write memory ceiling over the same tensors (issue 14, item 8).
+"""optfuse.torch.AdamW against torch.optim.AdamW (fused / foreach / the for-loop / torch.compile)
+and DeepSpeed's CPU Adam, with a 4-read-3-write memory ceiling over the same tensors.
 
 Everything runs in ONE process. Per case, every contender gets its own params and state (the two
 gradient sets are shared, read-only) and runs --steps timed steps per round; the contenders take
 turns within a round (order rotated each round), and each figure is the median over rounds of the
 round's median step. Before every step the params get the other gradient set, as
 zero_grad(set_to_none=True) + backward gives new gradient tensors each step (optfuse rebinds).
+
+Cases: GPT-2 small and ResNet-50 are the tensor layouts of examples/specs/ (both with this AdamW,
+no decay where the spec's first group has none), 1000 x 1K, and flatN, one tensor of 2^N.
 
 Bytes model (GB/s column): AdamW moves 4 reads + 3 writes of 4 bytes = 28 B/element (p, g, m, v
 read; p, m, v written). bf16 params with f32 master: master, grad (bf16), m, v read, master, m, v,
@@ -41,27 +44,43 @@ CEILING_RULE = {"name": "ceiling_4r3w", "defaults": {"lr": 0.0}, "graph": {
 
 
 # ---- cases -------------------------------------------------------------------------------------
-def gpt2_shapes(scale: int):
-    """(shape, decays) per tensor of examples/specs/gpt2-small.json, every dim divided by `scale`."""
-    spec = json.loads((ROOT / "examples/specs/gpt2-small.json").read_text())
+def spec_shapes(spec_file: str, scale: int = 1):
+    """(shape, decays) per tensor of a model spec in examples/specs/, every dim divided by
+    `scale`; a tensor decays unless the spec's first param group (weight_decay 0) matches it."""
+    spec = json.loads((ROOT / "examples/specs" / spec_file).read_text())
     no_decay = re.compile(spec["param_groups"][0]["match"])
     return [([max(1, d // scale) for d in t["shape"]], not no_decay.search(t["name"]))
             for t in spec["parameters"]]
 
 
+def gpt2_shapes(scale: int):
+    return spec_shapes("gpt2-small.json", scale)
+
+
 def make_cases(a):
+    """The cases named in --cases, in that order. flatN: one tensor of 2^N elements (2^(N-4)
+    with --quick); gpt2 / resnet50: the layouts of examples/specs/ (dims / 8 with --quick)."""
     q = a.quick
+    scaled = " (dims / 8)" if q else ""
     gpt = gpt2_shapes(8 if q else 1)
     cases = {
-        "gpt2": ("GPT-2 small" + (" (dims / 8)" if q else ""), gpt, torch.float32),
+        "gpt2": ("GPT-2 small" + scaled, gpt, torch.float32),
+        "resnet50": ("ResNet-50" + scaled, spec_shapes("resnet50.json", 8 if q else 1),
+                     torch.float32),
         "small": (f"1000 x 1K", [([1024], True)] * 1000, torch.float32),
-        "flat20": ("flat 2^16" if q else "flat 2^20", [([1 << (16 if q else 20)], True)],
-                   torch.float32),
-        "flat24": ("flat 2^20" if q else "flat 2^24", [([1 << (20 if q else 24)], True)],
-                   torch.float32),
-        "gpt2-bf16": ("GPT-2 small bf16" + (" (dims / 8)" if q else ""), gpt, torch.bfloat16),
+        "gpt2-bf16": ("GPT-2 small bf16" + scaled, gpt, torch.bfloat16),
     }
-    return {k: v for k, v in cases.items() if k in a.cases}
+    out = {}
+    for k in a.cases:
+        m = re.fullmatch(r"flat(\d+)", k)
+        if m:
+            n = int(m.group(1)) - (4 if q else 0)
+            out[k] = (f"flat 2^{n}", [([1 << n], True)], torch.float32)
+        elif k in cases:
+            out[k] = cases[k]
+        elif k not in ("startup", "noop"):
+            raise SystemExit(f"bench_torch: unknown case {k!r} (see --help)")
+    return out
 
 
 def groups_of(params, decays):
@@ -104,11 +123,12 @@ def build_entries(a, shapes, dtype, log):
     opt = oft.AdamW(groups_of(ps, decays), **HP)
     rebinder(ps)(); opt.step()
     entries.append(Entry("optfuse.torch.AdamW", opt.step, rebinder(ps)))
-    entries.append(Entry("optfuse C++ set_grads + step", *raw_step(opt, ps, grads),
-                         role="overhead", keep=opt))
-    entries.append(Entry("optfuse opt.step(), same grads", opt.step, role="overhead"))
-    entries.append(Entry("optfuse C++ step, same grads", opt._optfuse_binding.core.step,
-                         role="overhead", keep=opt))
+    if not a.no_overhead:
+        entries.append(Entry("optfuse C++ set_grads + step", *raw_step(opt, ps, grads),
+                             role="overhead", keep=opt))
+        entries.append(Entry("optfuse opt.step(), same grads", opt.step, role="overhead"))
+        entries.append(Entry("optfuse C++ step, same grads", opt._optfuse_binding.core.step,
+                             role="overhead", keep=opt))
     # The 4r3w ceiling in f32 over the same element counts, gradients swapped as above.
     cps = fresh(torch.float32)
     cg = [[g.float() for g in gs] for gs in grads] if dtype != torch.float32 else grads
@@ -116,11 +136,14 @@ def build_entries(a, shapes, dtype, log):
     rebinder(cps, cg)(); ceil.step()
     entries.append(Entry("ceiling 4r3w (optfuse kernel)", *raw_step(ceil, cps, cg),
                          role="ceiling", keep=(ceil, cg)))
-    # torch.optim.AdamW in each implementation that takes these params.
-    for flag in ("fused", "foreach"):
+    # torch.optim.AdamW in each implementation that takes these params: fused, foreach, and
+    # the default per-parameter for-loop (foreach=False, fused unset).
+    for name, flags in (("torch AdamW fused=True", {"fused": True}),
+                        ("torch AdamW foreach=True", {"foreach": True}),
+                        ("torch AdamW foreach=False (for-loop)", {"foreach": False})):
         tp = fresh()
-        t_opt = torch.optim.AdamW(groups_of(tp, decays), **HP, **{flag: True})
-        entries.append(Entry(f"torch AdamW {flag}=True", t_opt.step, rebinder(tp),
+        t_opt = torch.optim.AdamW(groups_of(tp, decays), **HP, **flags)
+        entries.append(Entry(name, t_opt.step, rebinder(tp),
                              note="bf16 state, no master" if dtype != torch.float32 else ""))
     if dtype != torch.float32:   # torch with an f32 master copy, as AMP-style trainers do it
         tp, masters = fresh(), fresh(torch.float32)
@@ -405,17 +428,29 @@ def plot(res, path):
                    key=lambda n: (not n.startswith("optfuse"), n))
     fig, ax = plt.subplots(figsize=(11, 5))
     w = 0.8 / max(1, len(names))
+    top = 0.0
     for i, n in enumerate(names):
-        ys = [next((r.get("share") or 0 for r in c["rows"] if r["name"] == n), 0) for c in cases]
-        ax.bar([k + i * w for k in range(len(cases))], ys, w, label=n)
+        rs = [next((r for r in c["rows"] if r["name"] == n and r.get("share")), None)
+              for c in cases]
+        ys = [r["share"] if r else 0 for r in rs]
+        top = max([top] + ys)
+        # spread over rounds: the share at the slowest and at the fastest round
+        lo = [r["share"] * r["ms"] / max(r["rounds_ms"]) if r else 0 for r in rs]
+        hi = [r["share"] * r["ms"] / min(r["rounds_ms"]) if r else 0 for r in rs]
+        ax.bar([k + i * w for k in range(len(cases))], ys, w, label=n,
+               yerr=[[y - l for y, l in zip(ys, lo)], [h - y for y, h in zip(ys, hi)]],
+               error_kw={"elinewidth": 0.7, "capsize": 2})
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_ylim(0, max(1.5, 1.3 * top))   # whiskers of a noisy run may leave the frame
     ax.set_xticks([k + 0.4 - w / 2 for k in range(len(cases))], [c["label"] for c in cases])
-    ax.set_ylabel("share of the 4r3w ceiling (ceiling time / step time)")
+    ax.set_ylabel("share of the 4r3w ceiling (ceiling time / step time)\n"
+                  "bars: median over rounds, whiskers: slowest..fastest round", fontsize=8)
     m = res["machine"]
     ax.set_title(("SMOKE TEST — " if res["args"]["quick"] else "") + f"AdamW step on {m['cpu']} "
                  f"(avx512f {'yes' if m['avx512f'] else 'no'}), torch {m['torch']}, "
-                 f"{m['torch_threads']} threads", fontsize=9)
-    ax.legend(fontsize=8)
+                 f"{m['torch_threads']} threads; load average {m['loadavg_start']:.1f} at the "
+                 f"start, {m.get('loadavg_end', float('nan')):.1f} at the end", fontsize=9)
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.07))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -423,10 +458,12 @@ def plot(res, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smoke test: small sizes, few rounds")
-    ap.add_argument("--cases", default="gpt2,small,flat20,flat24,gpt2-bf16",
-                    help="comma list of gpt2, small, flat20, flat24, gpt2-bf16, startup, noop "
-                    "(default: the five cases, then startup and noop)")
+    ap.add_argument("--quick", action="store_true", help="smoke test: small sizes (flatN is "
+                    "2^(N-4), model dims / 8), few rounds")
+    ap.add_argument("--cases", default="gpt2,resnet50,small,flat20,flat24,gpt2-bf16",
+                    help="comma list of gpt2, resnet50, small, flatN (one tensor of 2^N, e.g. "
+                    "flat20), gpt2-bf16, startup, noop (default: the six cases, then startup "
+                    "and noop)")
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 3)")
     ap.add_argument("--steps", type=int, help="timed steps per contender per round (3, quick 2)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps per contender (2)")
@@ -437,6 +474,8 @@ def main():
                     "GPT-2 compiles ~95 s, 'small' 10+ minutes)")
     ap.add_argument("--no-compile", action="store_true", help="no torch.compile at all")
     ap.add_argument("--no-deepspeed", action="store_true", help="skip DeepSpeedCPUAdam")
+    ap.add_argument("--no-overhead", action="store_true",
+                    help="skip the Python-over-C++ step measurements (for size sweeps)")
     ap.add_argument("--startup-runs", type=int, help="cold + warm process pairs (3, quick 1)")
     ap.add_argument("--out-md", metavar="FILE", help="write the Markdown table here too")
     ap.add_argument("--out-json", metavar="FILE", help="all figures, every round, as JSON")
