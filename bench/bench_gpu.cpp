@@ -48,7 +48,7 @@ using Driver = jit::CudaDriver;
 // Everything the benchmarks share: the driver, one CUDA engine and its kernels.
 struct Gpu {
   std::string problem;  // non-empty: no usable driver/device, every benchmark skips with it
-  Driver cu;           // jit::cuda_driver(), copied once loaded
+  Driver cu;            // jit::cuda_driver(), copied once loaded
   std::string device;   // "NVIDIA H200 (sm_90)"
   std::unique_ptr<Engine> engine;
   std::shared_ptr<const Kernel> adamw, ceiling;
@@ -74,7 +74,8 @@ void setup(Gpu& g) {
   }
   g.cu = jit::cuda_driver();
   int dev = 0, major = 0, minor = 0;
-  g.cu.check(g.cu.cuDeviceGet(&dev, 0), "cuDeviceGet");  // the engine's default (EngineOptions::cuda_device)
+  g.cu.check(g.cu.cuDeviceGet(&dev, 0),
+             "cuDeviceGet");  // the engine's default (EngineOptions::cuda_device)
   g.cu.check(g.cu.cuDeviceGetAttribute(&major, 75, dev), "cuDeviceGetAttribute(major)");
   g.cu.check(g.cu.cuDeviceGetAttribute(&minor, 76, dev), "cuDeviceGetAttribute(minor)");
   char name[256] = {};
@@ -143,8 +144,8 @@ void timed_loop(benchmark::State& state, const Driver& cu, Body body) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kBatch; ++i) body();
     cu.check(cu.cuCtxSynchronize(), "cuCtxSynchronize");
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-                               .count());
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
 }
 
@@ -223,9 +224,8 @@ void BM_GPU_CopyDtoD(benchmark::State& state) {
     DeviceMemory src(g.cu, bytes), dst(g.cu, bytes);
     g.cu.check(g.cu.cuMemsetD32(src.ptr(), bits(0.5f), bytes / 4), "cuMemsetD32");
     state.SetLabel("cuMemcpyDtoD " + std::to_string(bytes) + " B " + g.device);
-    timed_loop(state, g.cu, [&] {
-      g.cu.check(g.cu.cuMemcpyDtoD(dst.ptr(), src.ptr(), bytes), "cuMemcpyDtoD");
-    });
+    timed_loop(state, g.cu,
+               [&] { g.cu.check(g.cu.cuMemcpyDtoD(dst.ptr(), src.ptr(), bytes), "cuMemcpyDtoD"); });
   } catch (const std::exception& e) {
     g_failed = true;
     state.SkipWithError(e.what());

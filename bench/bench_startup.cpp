@@ -6,7 +6,6 @@
 //   FirstStep_Warm        Engine + Optimizer + the first AdamW step of a small model, warm cache
 // Cold + RuntimeCompile is what a fresh process pays without a cache; Warm is what it pays with.
 #include <benchmark/benchmark.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -25,9 +24,9 @@ const Options kConfig = {{"type", "adamw"}, {"lr", 1e-3}};
 
 std::string fresh_dir(const std::string& tag) {
   static int counter = 0;
-  fs::path dir = fs::temp_directory_path() /
-                 ("optfuse_bench_" + tag + "_" + std::to_string(::getpid()) + "_" +
-                  std::to_string(counter++));
+  fs::path dir =
+      fs::temp_directory_path() /
+      ("optfuse_bench_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
   fs::remove_all(dir);
   return dir.string();
 }

@@ -6,19 +6,25 @@
 
 #include "optfuse/optfuse.h"
 
-#define CHECK(call)                                                          \
-  do {                                                                       \
-    if ((call) != OPTFUSE_OK) {                                              \
-      fprintf(stderr, "%s failed: %s\n", #call, optfuse_last_error());       \
-      return 1;                                                              \
-    }                                                                        \
+#define CHECK(call)                                                    \
+  do {                                                                 \
+    if ((call) != OPTFUSE_OK) {                                        \
+      fprintf(stderr, "%s failed: %s\n", #call, optfuse_last_error()); \
+      return 1;                                                        \
+    }                                                                  \
   } while (0)
 
 int main(void) {
   enum { N0 = 1000, N1 = 7 };
   static float w[N0], gw[N0], b[N1], gb[N1];
-  for (int i = 0; i < N0; ++i) { w[i] = 0.01f * (float)(i % 13); gw[i] = 0.1f; }
-  for (int i = 0; i < N1; ++i) { b[i] = 0.0f; gb[i] = -0.2f; }
+  for (int i = 0; i < N0; ++i) {
+    w[i] = 0.01f * (float)(i % 13);
+    gw[i] = 0.1f;
+  }
+  for (int i = 0; i < N1; ++i) {
+    b[i] = 0.0f;
+    gb[i] = -0.2f;
+  }
 
   optfuse_engine* engine;
   optfuse_optimizer* opt;

@@ -13,6 +13,7 @@ PACKAGES=(
   python3-venv python3-dev        # the Python package (scripts/python_setup.sh)
   pkg-config                      # the installed-tree consumer test (tests/consumer/)
   clang-14 libclang-rt-14-dev     # the parsers' libFuzzer targets (tests/fuzz/, fuzz_smoke)
+  clang-format-14                 # the format check (scripts/check_format.sh, CTest `format`)
 )
 
 missing=()

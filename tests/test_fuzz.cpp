@@ -22,11 +22,26 @@
 namespace optfuse {
 namespace {
 
-constexpr double kU = 0x1p-24;    // float32 unit roundoff
+constexpr double kU = 0x1p-24;  // float32 unit roundoff
 constexpr double kSlack = 4.0;
 constexpr double kTiny = 0x1p-126;
 
-enum class F { HalfAdd, HalfSub, Mul, Min, Max, Neg, Abs, Select, Div, Sqrt, Exp, Rsqrt, Mean, MaxAll };
+enum class F {
+  HalfAdd,
+  HalfSub,
+  Mul,
+  Min,
+  Max,
+  Neg,
+  Abs,
+  Select,
+  Div,
+  Sqrt,
+  Exp,
+  Rsqrt,
+  Mean,
+  MaxAll
+};
 constexpr int kKinds = 14;
 
 struct Expr {
@@ -70,7 +85,8 @@ class Case {
   // Double values and bounds of every pool entry, from the stored (f32) inputs.
   std::vector<Val> evaluate(const testing::Tensors& in, double s) const {
     std::vector<Val> pool;
-    for (const char* name : {"p", "g", "m"}) pool.push_back({in.at(name), std::vector<double>(n_, 0.0), true});
+    for (const char* name : {"p", "g", "m"})
+      pool.push_back({in.at(name), std::vector<double>(n_, 0.0), true});
     pool.push_back({{s}, {0.0}, false});
     for (size_t k = 4; k < exprs_.size(); ++k) pool.push_back(eval_one(exprs_[k], pool));
     return pool;
@@ -119,20 +135,34 @@ class Case {
   static Value build_one(Graph& g, const Expr& x, const std::vector<Value>& v) {
     Value a = v[x.a], b = x.b >= 0 ? v[x.b] : Value(), c = x.c >= 0 ? v[x.c] : Value();
     switch (x.f) {
-      case F::HalfAdd: return (a + b) * 0.5;
-      case F::HalfSub: return (a - b) * 0.5;
-      case F::Mul: return a * b;
-      case F::Min: return min(a, b);
-      case F::Max: return max(a, b);
-      case F::Neg: return -a;
-      case F::Abs: return abs(a);
-      case F::Select: return select(a < b, a, c);
-      case F::Div: return a / (abs(b) + 1.0);
-      case F::Sqrt: return sqrt(abs(a) + 0.25) * 0.5;
-      case F::Exp: return exp(a) * 0.25;
-      case F::Rsqrt: return rsqrt(abs(a) + 1.0);
-      case F::Mean: return reduce_mean(a);
-      case F::MaxAll: return reduce_max(a);
+      case F::HalfAdd:
+        return (a + b) * 0.5;
+      case F::HalfSub:
+        return (a - b) * 0.5;
+      case F::Mul:
+        return a * b;
+      case F::Min:
+        return min(a, b);
+      case F::Max:
+        return max(a, b);
+      case F::Neg:
+        return -a;
+      case F::Abs:
+        return abs(a);
+      case F::Select:
+        return select(a < b, a, c);
+      case F::Div:
+        return a / (abs(b) + 1.0);
+      case F::Sqrt:
+        return sqrt(abs(a) + 0.25) * 0.5;
+      case F::Exp:
+        return exp(a) * 0.25;
+      case F::Rsqrt:
+        return rsqrt(abs(a) + 1.0);
+      case F::Mean:
+        return reduce_mean(a);
+      case F::MaxAll:
+        return reduce_max(a);
     }
     return a;
   }
@@ -164,13 +194,34 @@ class Case {
       double c = C.at(C.v, i), ec = C.at(C.e, i);
       double r = 0, e = 0;
       switch (x.f) {
-        case F::HalfAdd: r = (a + b) * 0.5; e = 0.5 * (ea + eb) + kU * std::fabs(r); break;
-        case F::HalfSub: r = (a - b) * 0.5; e = 0.5 * (ea + eb) + kU * std::fabs(r); break;
-        case F::Mul: r = a * b; e = std::fabs(b) * ea + std::fabs(a) * eb + ea * eb + kU * std::fabs(r); break;
-        case F::Min: r = std::min(a, b); e = std::max(ea, eb); break;
-        case F::Max: r = std::max(a, b); e = std::max(ea, eb); break;
-        case F::Neg: r = -a; e = ea; break;
-        case F::Abs: r = std::fabs(a); e = ea; break;
+        case F::HalfAdd:
+          r = (a + b) * 0.5;
+          e = 0.5 * (ea + eb) + kU * std::fabs(r);
+          break;
+        case F::HalfSub:
+          r = (a - b) * 0.5;
+          e = 0.5 * (ea + eb) + kU * std::fabs(r);
+          break;
+        case F::Mul:
+          r = a * b;
+          e = std::fabs(b) * ea + std::fabs(a) * eb + ea * eb + kU * std::fabs(r);
+          break;
+        case F::Min:
+          r = std::min(a, b);
+          e = std::max(ea, eb);
+          break;
+        case F::Max:
+          r = std::max(a, b);
+          e = std::max(ea, eb);
+          break;
+        case F::Neg:
+          r = -a;
+          e = ea;
+          break;
+        case F::Abs:
+          r = std::fabs(a);
+          e = ea;
+          break;
         case F::Select:
           r = a < b ? a : c;
           e = std::max(ea, ec) + (std::fabs(a - b) <= ea + eb ? std::fabs(a - c) : 0.0);
@@ -187,14 +238,19 @@ class Case {
           e = 0.5 * (es / (2 * std::sqrt(std::max(s - es, 0.2)))) + 2 * kU * r;
           break;
         }
-        case F::Exp: r = std::exp(a) * 0.25; e = std::exp(a + ea) * 0.25 * ea + 10 * kU * r; break;
+        case F::Exp:
+          r = std::exp(a) * 0.25;
+          e = std::exp(a + ea) * 0.25 * ea + 10 * kU * r;
+          break;
         case F::Rsqrt: {
           double s = std::fabs(a) + 1, es = ea + kU * s;
           r = 1 / std::sqrt(s);
           e = 0.5 * es + 6 * kU * r;  // |d rsqrt / ds| <= 1/2 for s >= 1; 4 ulp fast rsqrt
           break;
         }
-        case F::Mean: case F::MaxAll: break;
+        case F::Mean:
+        case F::MaxAll:
+          break;
       }
       out.v.push_back(r);
       out.e.push_back(e + kTiny);
@@ -223,7 +279,8 @@ TEST(Fuzz, FusedKernelsMatchTheInterpreter) {
       for (size_t i = 0; i < n; ++i) in[name].push_back(float(unit(data_rng)));
     double s = float(unit(data_rng));
     testing::Scalars results;
-    auto got = testing::run_kernel(*engine.kernel(g), in, {{"s", s}}, testing::RunOptions{}, &results);
+    auto got =
+        testing::run_kernel(*engine.kernel(g), in, {{"s", s}}, testing::RunOptions{}, &results);
     auto want = interpret(g, in, {{"s", s}});
     auto want_results = interpret_results(g, in, {{"s", s}});
     std::vector<Val> pool = c.evaluate(in, s);
@@ -237,7 +294,8 @@ TEST(Fuzz, FusedKernelsMatchTheInterpreter) {
       ASSERT_EQ(got[name].size(), w.size());
       for (size_t i = 0; i < w.size(); ++i)
         ASSERT_LE(std::fabs(got[name][i] - w[i]), tol)
-            << "seed " << seed << " output " << name << "[" << i << "]\n" << print(g);
+            << "seed " << seed << " output " << name << "[" << i << "]\n"
+            << print(g);
     }
     for (const auto& [name, w] : want_results)
       ASSERT_LE(std::fabs(results[name] - w), tol) << "seed " << seed << " result " << name << "\n"

@@ -45,7 +45,9 @@ void check_against_reference(bool mean, bool clip,
   const int k = 3;
   const double d = mean ? k : 1;
   Model m = Model::make(sizes, 31);
-  Options config = {{"type", "sgd"}, {"lr", lr}, {"accumulation_steps", k},
+  Options config = {{"type", "sgd"},
+                    {"lr", lr},
+                    {"accumulation_steps", k},
                     {"accumulation", mean ? "mean" : "sum"}};
   if (clip) config["max_grad_norm"] = max_norm;
   auto opt = make(config, m);
@@ -94,10 +96,11 @@ void check_against_reference(bool mean, bool clip,
             want[e] = double(p0[e]) - lr * coef * s[g][i][e] / d;
             bound[e] = u * (std::fabs(want[e]) +
                             lr * coef * (std::fabs(s2[g][i][e]) + 4 * std::fabs(s[g][i][e])) / d +
-                            (clip ? 4 * lr * coef * std::fabs(s[g][i][e]) / d : 0)) + 1e-30;
+                            (clip ? 4 * lr * coef * std::fabs(s[g][i][e]) / d : 0)) +
+                       1e-30;
           }
-          EXPECT_TRUE(testing::within_bound("update " + std::to_string(update), m.groups[g][i].p.data(),
-                                            want, bound, 1.0));
+          EXPECT_TRUE(testing::within_bound("update " + std::to_string(update),
+                                            m.groups[g][i].p.data(), want, bound, 1.0));
           EXPECT_EQ(opt->step_count(g, i), update);
         }
     }
@@ -169,7 +172,7 @@ std::string magic_of(const std::string& path) {
 // Save after 1 update + 1 micro-step (scaler state and the accumulation buffers in the file), load
 // into a fresh optimizer over copies of the params, continue both: bit-identical throughout.
 TEST(Accumulate, SaveLoadMidCycleResumesBitIdentically) {
-  Options config = {{"type", "adamw"}, {"lr", 0.01}, {"accumulation_steps", 3},
+  Options config = {{"type", "adamw"},         {"lr", 0.01},           {"accumulation_steps", 3},
                     {"loss_scale", "dynamic"}, {"growth_interval", 2}, {"init_scale", 256.0},
                     {"max_grad_norm", 4.0}};
   Model a = Model::make(kSizes, 34);

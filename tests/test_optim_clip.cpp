@@ -18,8 +18,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -125,7 +125,8 @@ TEST(Clip, UnclippedStepIsThePlainStep) {
   for (size_t k = 0; k < got.size(); ++k) {
     double d = std::fabs(double(got[k]) - double(want[k]));
     if (!(d <= 1e-5 * std::fabs(double(want[k])) + 1e-7))
-      return ::testing::AssertionFailure() << what << "[" << k << "]: " << got[k] << " vs " << want[k];
+      return ::testing::AssertionFailure()
+             << what << "[" << k << "]: " << got[k] << " vs " << want[k];
   }
   return ::testing::AssertionSuccess();
 }
@@ -168,7 +169,8 @@ TEST(Clip, KernelsPerStep) {
   {
     Engine e;
     Model m = Model::make(kSizes, 17);
-    auto opt = Optimizer::create(e, {{"type", "adamw"}, {"max_grad_norm", 1.0}, {"loss_scale", 8.0}});
+    auto opt =
+        Optimizer::create(e, {{"type", "adamw"}, {"max_grad_norm", 1.0}, {"loss_scale", 8.0}});
     for (size_t g = 0; g < m.groups.size(); ++g) opt->add_param_group(m.refs(g));
     m.fill_grads(1);
     opt->step();
@@ -183,8 +185,9 @@ TEST(Clip, KernelsPerStep) {
   {
     Engine e;
     Model m = Model::make(kSizes, 18);
-    auto opt = Optimizer::create(e, {{"type", "sgd"}, {"max_grad_norm", 1.0}, {"norm_type", "inf"},
-                                     {"accumulation_steps", 3}});
+    auto opt = Optimizer::create(
+        e,
+        {{"type", "sgd"}, {"max_grad_norm", 1.0}, {"norm_type", "inf"}, {"accumulation_steps", 3}});
     for (size_t g = 0; g < m.groups.size(); ++g) opt->add_param_group(m.refs(g));
     for (int i = 1; i <= 3; ++i) {
       m.fill_grads(i);
@@ -251,7 +254,8 @@ TEST(Clip, MatchesTorchClipGradNorm) {
       g.push_back(testing::gen_floats(200 + uint32_t(t), n, 0.5));
     }
     for (size_t t = 0; t < p.size(); ++t)
-      refs.push_back({{p[t].data(), int64_t(p[t].size())}, {g[t].data(), int64_t(g[t].size())}, ""});
+      refs.push_back(
+          {{p[t].data(), int64_t(p[t].size())}, {g[t].data(), int64_t(g[t].size())}, ""});
     Options config = {{"type", "sgd"}, {"lr", 1.0}, {"max_grad_norm", c["max_norm"]}};
     if (it.key() == "inf") config["norm_type"] = "inf";
     auto opt = Optimizer::create(engine(), config);

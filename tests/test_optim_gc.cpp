@@ -15,10 +15,10 @@
 namespace optfuse {
 namespace {
 
-using ::testing::HasSubstr;
-using testing::gen_floats;
 using testing::GcConfig;
 using testing::GcReference;
+using testing::gen_floats;
+using ::testing::HasSubstr;
 
 struct Param {
   std::vector<int64_t> shape;
@@ -78,7 +78,9 @@ TEST_P(GradCentralization, MatchesReference) {
     }
     opt->step();
   }
-  auto close = [](double got, double want) { return std::fabs(got - want) <= 1e-6 + 1e-5 * std::fabs(want); };
+  auto close = [](double got, double want) {
+    return std::fabs(got - want) <= 1e-6 + 1e-5 * std::fabs(want);
+  };
   for (size_t i = 0; i < ps.size(); ++i) {
     for (size_t k = 0; k < ps[i].p.size(); ++k)
       ASSERT_TRUE(close(ps[i].p[k], ref[i].param()[k]))
@@ -96,7 +98,8 @@ TEST_P(GradCentralization, MatchesReference) {
   auto uses = opt->kernel_uses();
   ASSERT_EQ(uses.size(), 2u);
   int64_t gc_tensors = 0, plain_tensors = 0;
-  for (const auto& u : uses) (u.name.find("_gc") != std::string::npos ? gc_tensors : plain_tensors) += u.tensors;
+  for (const auto& u : uses)
+    (u.name.find("_gc") != std::string::npos ? gc_tensors : plain_tensors) += u.tensors;
   EXPECT_EQ(gc_tensors, 3);
   EXPECT_EQ(plain_tensors, 1);
 }
@@ -118,10 +121,17 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Case{"sgd", {{"type", "sgd"}, {"lr", 0.1}, {"weight_decay", 0.01}}, ref("sgd", 0.1, 0.01)},
         Case{"sgd_nesterov",
-             {{"type", "sgd"}, {"lr", 0.1}, {"momentum", 0.9}, {"nesterov", true}, {"maximize", true}},
+             {{"type", "sgd"},
+              {"lr", 0.1},
+              {"momentum", 0.9},
+              {"nesterov", true},
+              {"maximize", true}},
              ref("sgd", 0.1, 0, 0.9, true, true)},
-        Case{"adam", {{"type", "adam"}, {"lr", 1e-2}, {"weight_decay", 0.1}}, ref("adam", 1e-2, 0.1)},
-        Case{"adamw", {{"type", "adamw"}, {"lr", 1e-2}, {"weight_decay", 0.1}},
+        Case{"adam",
+             {{"type", "adam"}, {"lr", 1e-2}, {"weight_decay", 0.1}},
+             ref("adam", 1e-2, 0.1)},
+        Case{"adamw",
+             {{"type", "adamw"}, {"lr", 1e-2}, {"weight_decay", 0.1}},
              ref("adamw", 1e-2, 0.1)}),
     [](const auto& info) { return info.param.name; });
 
@@ -140,7 +150,9 @@ TEST(GradCentralizationErrors, NeedsShapes) {
   std::vector<float> p(12, 1.0f), g(12, 0.5f);
   auto opt = Optimizer::create(engine, {{"type", "adamw"}});
   std::vector<ParamRef> no_shape{{{p.data(), 12, {}}, {g.data(), 12, {}}, "w"}};
-  EXPECT_THAT(error_of([&] { opt->add_param_group(no_shape, {{"grad_centralization", true}}); }),
+  EXPECT_THAT(error_of([&] {
+                opt->add_param_group(no_shape, {{"grad_centralization", true}});
+              }),
               HasSubstr("param group 0, tensor 0 ('w'): grad_centralization needs the param's "
                         "shape (TensorRef::shape)"));
   EXPECT_EQ(opt->num_groups(), 0u);
@@ -148,7 +160,9 @@ TEST(GradCentralizationErrors, NeedsShapes) {
   EXPECT_THAT(error_of([&] { opt->set(0, "grad_centralization", true); }),
               HasSubstr("grad_centralization needs the param's shape"));
   EXPECT_EQ(opt->get(0, "grad_centralization"), false);  // a rejected call changes nothing
-  EXPECT_THAT(error_of([&] { Optimizer::create(engine, {{"type", "adagrad"}, {"grad_centralization", true}}); }),
+  EXPECT_THAT(error_of([&] {
+                Optimizer::create(engine, {{"type", "adagrad"}, {"grad_centralization", true}});
+              }),
               HasSubstr("unknown option 'grad_centralization' for adagrad"));
 }
 
@@ -159,7 +173,8 @@ TEST(GradCentralization, OneDimensionalGroupsUseThePlainKernel) {
   std::vector<float> p2 = p;
   auto a = Optimizer::create(engine, {{"type", "sgd"}, {"lr", 0.1}});
   auto b = Optimizer::create(engine, {{"type", "sgd"}, {"lr", 0.1}});
-  a->add_param_group({{{p.data(), 64, {64}}, {g.data(), 64, {64}}, ""}}, {{"grad_centralization", true}});
+  a->add_param_group({{{p.data(), 64, {64}}, {g.data(), 64, {64}}, ""}},
+                     {{"grad_centralization", true}});
   b->add_param_group({{{p2.data(), 64, {64}}, {g.data(), 64, {64}}, ""}});
   a->step();
   b->step();

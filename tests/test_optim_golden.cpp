@@ -44,14 +44,27 @@ using testing::kEvaluationOrderSlack;
 using testing::ReferenceOptimizer;
 using testing::within_bound;
 
-const std::vector<std::string> kExpectedCases = {
-    "adam",          "adam_maximize",          "adam_wd_amsgrad", "adamw",
-    "adamw_amsgrad", "sgd_momentum_dampening", "sgd_nesterov",    "sgd_plain_maximize",
-    "adagrad",       "adagrad_decay_init_maximize",
-    "rmsprop",       "rmsprop_centered_momentum",                 "rmsprop_momentum_maximize",
-    "adamax",        "adamax_wd_maximize",
-    "nadam",         "nadam_wd",               "nadam_decoupled",
-    "radam",         "radam_wd_maximize",      "radam_decoupled"};
+const std::vector<std::string> kExpectedCases = {"adam",
+                                                 "adam_maximize",
+                                                 "adam_wd_amsgrad",
+                                                 "adamw",
+                                                 "adamw_amsgrad",
+                                                 "sgd_momentum_dampening",
+                                                 "sgd_nesterov",
+                                                 "sgd_plain_maximize",
+                                                 "adagrad",
+                                                 "adagrad_decay_init_maximize",
+                                                 "rmsprop",
+                                                 "rmsprop_centered_momentum",
+                                                 "rmsprop_momentum_maximize",
+                                                 "adamax",
+                                                 "adamax_wd_maximize",
+                                                 "nadam",
+                                                 "nadam_wd",
+                                                 "nadam_decoupled",
+                                                 "radam",
+                                                 "radam_wd_maximize",
+                                                 "radam_decoupled"};
 
 // The two gradient rules make_golden.py knows, verbatim.
 const char* const kPlainRule = "g_t[i] = gen(100 + t, i) * 0.125";

@@ -26,9 +26,9 @@
 namespace optfuse {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
 using testing::gen_floats;
+using ::testing::HasSubstr;
 
 constexpr int kSteps = 12;
 
@@ -47,21 +47,21 @@ struct Tracker {
   }
 };
 
-void expect_params(const std::vector<float>& got, const std::vector<double>& ref,
-                   const Tracker& t, int step, const std::string& what) {
+void expect_params(const std::vector<float>& got, const std::vector<double>& ref, const Tracker& t,
+                   int step, const std::string& what) {
   std::vector<double> bound(ref.size());
   for (size_t i = 0; i < ref.size(); ++i)
     bound[i] = 1e-5 * t.moved[i] + 2 * step * std::ldexp(std::fabs(ref[i]), -24) + 1e-30;
-  EXPECT_TRUE(testing::within_bound(what + " param, step " + std::to_string(step), got.data(),
-                                    ref, bound, 1.0));
+  EXPECT_TRUE(testing::within_bound(what + " param, step " + std::to_string(step), got.data(), ref,
+                                    bound, 1.0));
 }
 
 void expect_state(const std::vector<float>& got, const std::vector<double>& ref,
                   const std::vector<double>& max_ref, int step, const std::string& what) {
   std::vector<double> bound(ref.size());
   for (size_t i = 0; i < ref.size(); ++i) bound[i] = 1e-5 * max_ref[i] + 1e-30;
-  EXPECT_TRUE(testing::within_bound(what + ", step " + std::to_string(step), got.data(), ref,
-                                    bound, 1.0));
+  EXPECT_TRUE(
+      testing::within_bound(what + ", step " + std::to_string(step), got.data(), ref, bound, 1.0));
 }
 
 struct LambCase {
@@ -73,9 +73,12 @@ class Lamb : public ::testing::TestWithParam<LambCase> {};
 
 TEST_P(Lamb, MatchesTheDoubleReference) {
   const testing::LambConfig& c = GetParam().c;
-  Options config = {{"type", "lamb"},          {"lr", c.lr},
-                    {"betas", {c.beta1, c.beta2}}, {"eps", c.eps},
-                    {"weight_decay", c.weight_decay}, {"bias_correction", c.bias_correction},
+  Options config = {{"type", "lamb"},
+                    {"lr", c.lr},
+                    {"betas", {c.beta1, c.beta2}},
+                    {"eps", c.eps},
+                    {"weight_decay", c.weight_decay},
+                    {"bias_correction", c.bias_correction},
                     {"max_trust_ratio", c.max_trust_ratio}};
   for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(1) << 17}) {
     SCOPED_TRACE("n = " + std::to_string(n));
@@ -106,23 +109,23 @@ LambCase lamb_case(std::string name, void (*edit)(testing::LambConfig&)) {
   return k;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Optim, Lamb,
-    ::testing::Values(lamb_case("defaults", [](testing::LambConfig&) {}),
-                      lamb_case("no_bias_correction_no_decay",
-                                [](testing::LambConfig& c) {
-                                  c.bias_correction = false;
-                                  c.weight_decay = 0;
-                                  c.lr = 1e-2;
-                                }),
-                      lamb_case("clamped", [](testing::LambConfig& c) {
-                        c.max_trust_ratio = 0.5;
-                        c.lr = 1e-2;
-                        c.beta1 = 0.8;
-                        c.beta2 = 0.99;
-                        c.weight_decay = 0.1;
-                      })),
-    [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Optim, Lamb,
+                         ::testing::Values(lamb_case("defaults", [](testing::LambConfig&) {}),
+                                           lamb_case("no_bias_correction_no_decay",
+                                                     [](testing::LambConfig& c) {
+                                                       c.bias_correction = false;
+                                                       c.weight_decay = 0;
+                                                       c.lr = 1e-2;
+                                                     }),
+                                           lamb_case("clamped",
+                                                     [](testing::LambConfig& c) {
+                                                       c.max_trust_ratio = 0.5;
+                                                       c.lr = 1e-2;
+                                                       c.beta1 = 0.8;
+                                                       c.beta2 = 0.99;
+                                                       c.weight_decay = 0.1;
+                                                     })),
+                         [](const auto& info) { return info.param.name; });
 
 struct LarsCase {
   std::string name;
@@ -179,10 +182,11 @@ INSTANTIATE_TEST_SUITE_P(Optim, Lars,
                                                        c.weight_decay = 1e-2;
                                                        c.trust_coefficient = 0.02;
                                                      }),
-                                           lars_case("decay_momentum", [](testing::LarsConfig& c) {
-                                             c.weight_decay = 5e-4;
-                                             c.lr = 1.0;
-                                           })),
+                                           lars_case("decay_momentum",
+                                                     [](testing::LarsConfig& c) {
+                                                       c.weight_decay = 5e-4;
+                                                       c.lr = 1.0;
+                                                     })),
                          [](const auto& info) { return info.param.name; });
 
 // Each tensor has its own norms: two tensors in one group, one scaled by 100, get different
@@ -241,7 +245,8 @@ TEST(TrustRatio, ZeroNormsGiveOne) {
 
 TEST(TrustRatio, Bf16ParamsWithMasterWeights) {
   // LAMB's norms see the f32 master copy: the same trajectory as f32 params, the bf16 copy its
-  // round-to-nearest-even (covered for every optimizer in test_mixed_precision; here the reference).
+  // round-to-nearest-even (covered for every optimizer in test_mixed_precision; here the
+  // reference).
   const size_t n = 1000;
   std::vector<float> p0 = gen_floats(6, n);
   std::vector<uint16_t> p16(n);
@@ -269,13 +274,21 @@ TEST(TrustRatio, Bf16ParamsWithMasterWeights) {
 }
 
 TEST(TrustRatio, InvalidOptionsAreRejected) {
-  EXPECT_THAT(error_of([] { Optimizer::create(engine(), {{"type", "lamb"}, {"max_trust_ratio", -1}}); }),
+  EXPECT_THAT(error_of([] {
+                Optimizer::create(engine(), {{"type", "lamb"}, {"max_trust_ratio", -1}});
+              }),
               HasSubstr("Invalid max_trust_ratio value: -1.0"));
-  EXPECT_THAT(error_of([] { Optimizer::create(engine(), {{"type", "lars"}, {"trust_coefficient", -1}}); }),
+  EXPECT_THAT(error_of([] {
+                Optimizer::create(engine(), {{"type", "lars"}, {"trust_coefficient", -1}});
+              }),
               HasSubstr("Invalid trust_coefficient value: -1.0"));
-  EXPECT_THAT(error_of([] { Optimizer::create(engine(), {{"type", "lars"}, {"momentum", -0.5}}); }),
+  EXPECT_THAT(error_of([] {
+                Optimizer::create(engine(), {{"type", "lars"}, {"momentum", -0.5}});
+              }),
               HasSubstr("Invalid momentum value: -0.5"));
-  EXPECT_THAT(error_of([] { Optimizer::create(engine(), {{"type", "lamb"}, {"betas", {1.0, 0.9}}}); }),
+  EXPECT_THAT(error_of([] {
+                Optimizer::create(engine(), {{"type", "lamb"}, {"betas", {1.0, 0.9}}});
+              }),
               HasSubstr("Invalid beta parameter at index 0: 1.0"));
 }
 

@@ -101,7 +101,8 @@ TEST(LossScale, ClippingSeesUnscaledGradients) {
 // One inf or nan in ONE gradient of the SECOND group skips the whole step.
 void check_overflow_skip(float bad, const Options& extra) {
   Model m = Model::make(kSizes, 23);
-  Options config = {{"type", "adamw"}, {"lr", 0.01}, {"loss_scale", "dynamic"}, {"growth_interval", 3}};
+  Options config = {
+      {"type", "adamw"}, {"lr", 0.01}, {"loss_scale", "dynamic"}, {"growth_interval", 3}};
   if (!extra.is_null()) config.update(extra);
   auto opt = make(config, m);
   for (int step = 1; step <= 2; ++step) {
@@ -185,9 +186,10 @@ TEST(LossScale, CApiReportsTheStep) {
   optfuse_engine* e = nullptr;
   ASSERT_EQ(optfuse_engine_create("host", 0, &e), OPTFUSE_OK);
   optfuse_optimizer* o = nullptr;
-  ASSERT_EQ(optfuse_optimizer_create(
-                e, R"({"type":"adam","loss_scale":"dynamic","init_scale":1024,"max_grad_norm":0.5})", &o),
-            OPTFUSE_OK)
+  ASSERT_EQ(
+      optfuse_optimizer_create(
+          e, R"({"type":"adam","loss_scale":"dynamic","init_scale":1024,"max_grad_norm":0.5})", &o),
+      OPTFUSE_OK)
       << optfuse_last_error();
   std::vector<float> p = {1, 2, 3, 4}, g = {0.5f * 1024, -0.25f * 1024, 0, 1024};
   float* ps[] = {p.data()};

@@ -64,7 +64,7 @@ TEST(ParallelSmallTensors, StateBoundOncePerBindingFollowsStructureChanges) {
   Engine engine;
   const Options config = {{"type", "adamw"}};
   auto change = [](Optimizer& opt, int s) {
-    if (s == 3) opt.set(0, "amsgrad", true);       // new state for group 0
+    if (s == 3) opt.set(0, "amsgrad", true);        // new state for group 0
     if (s == 5) opt.set(1, "state_dtype", "bf16");  // group 1's state converted
   };
   Model bound = Model::make(layout(), 5), fresh = bound;

@@ -1,9 +1,9 @@
 // Correctness: optfuse's SGD, Adam, AdamW, Adagrad, RMSprop, Adamax, NAdam, RAdam and Lion against
 // the independent double-precision reference (support/reference_optim.h) for every flag
 // combination (RMSprop: centered x momentum; Adagrad: lr_decay x initial_accumulator_value; NAdam,
-// RAdam: decoupled_weight_decay; all: maximize x weight_decay), 20 steps, an lr that changes every step,
-// tensors of 1, 7 and 1000 elements (plus 2^20 + 3 for two configurations), params and every state
-// buffer after every step.
+// RAdam: decoupled_weight_decay; all: maximize x weight_decay), 20 steps, an lr that changes every
+// step, tensors of 1, 7 and 1000 elements (plus 2^20 + 3 for two configurations), params and every
+// state buffer after every step.
 //
 // Tolerance, per element and per step: |optfuse - reference| <= kEvaluationOrderSlack (2) * bound,
 // where `bound` is the reference's rigorous running bound on a float32 evaluation of torch's
@@ -202,8 +202,8 @@ Case nadam_radam_case(bool nadam, bool decoupled, bool maximize, double wd) {
   Case c;
   c.type = nadam ? "nadam" : "radam";
   c.nr = {nadam, 0.01, 0.8, 0.9, 1e-8, wd, 0.01, decoupled, maximize};
-  c.name = c.type + (decoupled ? "_decoupled" : "") + (maximize ? "_maximize" : "") +
-           (wd ? "_wd" : "");
+  c.name =
+      c.type + (decoupled ? "_decoupled" : "") + (maximize ? "_maximize" : "") + (wd ? "_wd" : "");
   return c;
 }
 
@@ -237,7 +237,8 @@ std::vector<Case> all_cases() {
   for (bool centered : {false, true})
     for (double momentum : {0.0, 0.9})
       for (bool maximize : {false, true})
-        for (double wd : {0.0, 0.01}) cases.push_back(rmsprop_case(centered, momentum, maximize, wd));
+        for (double wd : {0.0, 0.01})
+          cases.push_back(rmsprop_case(centered, momentum, maximize, wd));
   for (bool maximize : {false, true})
     for (double wd : {0.0, 0.01}) cases.push_back(adamax_case(maximize, wd));
   for (bool nadam : {true, false})
@@ -349,8 +350,8 @@ TEST(ReferenceAgreementLarge, AdamWAmsgradWeightDecayOn2Pow20Plus3) {
 
 TEST(ReferenceAgreement, CaseListCoversEveryValidFlagCombination) {
   // 20 SGD (momentum x dampening x nesterov-where-valid x maximize x weight_decay) + 8 Adam + 8
-  // AdamW + 16 Adagrad (lr_decay x initial_accumulator_value x maximize x weight_decay) + 16 RMSprop
-  // (centered x momentum x maximize x weight_decay) + 4 Adamax + 8 NAdam + 8 RAdam
+  // AdamW + 16 Adagrad (lr_decay x initial_accumulator_value x maximize x weight_decay) + 16
+  // RMSprop (centered x momentum x maximize x weight_decay) + 4 Adamax + 8 NAdam + 8 RAdam
   // (decoupled_weight_decay x maximize x weight_decay) + 2 Lion.
   std::vector<Case> cases = all_cases();
   EXPECT_EQ(cases.size(), 90u);

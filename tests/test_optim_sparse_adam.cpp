@@ -27,8 +27,8 @@
 namespace optfuse {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 
 Engine& engine() { return testing::shared_engine(); }
 
@@ -82,8 +82,8 @@ TEST(SparseAdam, MatchesTorchSparseAdamAndLeavesUntouchedRowsAlone) {
       }
     }
   }
-  worst = std::max(worst, worst_rel(*opt->state(0, 0, "exp_avg"),
-                                    gd["exp_avg"].get<std::vector<double>>()));
+  worst = std::max(
+      worst, worst_rel(*opt->state(0, 0, "exp_avg"), gd["exp_avg"].get<std::vector<double>>()));
   worst = std::max(worst, worst_rel(*opt->state(0, 0, "exp_avg_sq"),
                                     gd["exp_avg_sq"].get<std::vector<double>>()));
   EXPECT_LE(worst, 1.0);
@@ -107,28 +107,43 @@ TEST(SparseAdam, OneDimensionalParamsHaveRowsOfOneElement) {
 TEST(SparseAdam, DenseAndSparseGradientMismatchesAreRejectedLikeTorch) {
   std::vector<float> p(20, 1.f), g(20, 0.f), v(10, 0.f);
   auto sparse = Optimizer::create(engine(), {{"type", "sparseadam"}});
-  EXPECT_THAT(error_of([&] { sparse->add_param_group({{{p.data(), 20}, {g.data(), 20}, "w"}}); }),
+  EXPECT_THAT(error_of([&] {
+                sparse->add_param_group({{{p.data(), 20}, {g.data(), 20}, "w"}});
+              }),
               HasSubstr("param group 0, tensor 0 ('w'): sparseadam does not support dense "
                         "gradients, please consider Adam instead"));
   EXPECT_EQ(sparse->num_groups(), 0u);
   sparse->add_param_group({{{p.data(), 20, {4, 5}}, {}, "w"}});
   EXPECT_THAT(error_of([&] { sparse->step(); }),
               HasSubstr("param group 0, tensor 0 ('w'): no sparse gradient was given"));
-  EXPECT_THAT(error_of([&] { sparse->set_grad(0, 0, {g.data(), 20}); }),
+  EXPECT_THAT(error_of([&] {
+                sparse->set_grad(0, 0, {g.data(), 20});
+              }),
               HasSubstr("sparseadam does not support dense gradients"));
-  EXPECT_THAT(error_of([&] { sparse->set_sparse_grad(0, 0, {1, 4}, {v.data(), 5}); }),
-              HasSubstr("sparse gradient has 2 rows of 5 elements, so 10 values, but values has 5"));
-  EXPECT_THAT(error_of([&] { sparse->set_sparse_grad(0, 0, {1, 4}, {v.data(), 10}); }),
+  EXPECT_THAT(
+      error_of([&] {
+        sparse->set_sparse_grad(0, 0, {1, 4}, {v.data(), 5});
+      }),
+      HasSubstr("sparse gradient has 2 rows of 5 elements, so 10 values, but values has 5"));
+  EXPECT_THAT(error_of([&] {
+                sparse->set_sparse_grad(0, 0, {1, 4}, {v.data(), 10});
+              }),
               HasSubstr("sparse gradient row 4 is out of range [0, 4)"));
-  EXPECT_THAT(error_of([&] { sparse->set_sparse_grad(0, 0, {2, 0, 2}, {v.data(), 15}); }),
+  EXPECT_THAT(error_of([&] {
+                sparse->set_sparse_grad(0, 0, {2, 0, 2}, {v.data(), 15});
+              }),
               HasSubstr("sparse gradient row 2 appears more than once"));
-  EXPECT_THAT(error_of([&] { sparse->set_sparse_grad(0, 0, {0, 1}, {p.data() + 5, 10}); }),
+  EXPECT_THAT(error_of([&] {
+                sparse->set_sparse_grad(0, 0, {0, 1}, {p.data() + 5, 10});
+              }),
               HasSubstr("grad memory overlaps the param of param group 0, tensor 0 ('w')"));
   EXPECT_EQ(sparse->step_count(0, 0), 0);
 
   auto dense = Optimizer::create(engine(), {{"type", "adamw"}});
   dense->add_param_group({{{p.data(), 20}, {g.data(), 20}, "w"}});
-  EXPECT_THAT(error_of([&] { dense->set_sparse_grad(0, 0, {0}, {v.data(), 1}); }),
+  EXPECT_THAT(error_of([&] {
+                dense->set_sparse_grad(0, 0, {0}, {v.data(), 1});
+              }),
               HasSubstr("param group 0, tensor 0 ('w'): adamw does not support sparse gradients"));
 }
 

@@ -39,7 +39,8 @@ TEST(StepErrors, Clipping) {
 }
 
 TEST(StepErrors, LossScale) {
-  EXPECT_THAT(create_error({{"loss_scale", 0.0}}), HasSubstr("Invalid loss_scale: 0.0 (must be > 0)"));
+  EXPECT_THAT(create_error({{"loss_scale", 0.0}}),
+              HasSubstr("Invalid loss_scale: 0.0 (must be > 0)"));
   EXPECT_THAT(create_error({{"loss_scale", "auto"}}),
               HasSubstr("loss_scale must be \"dynamic\" or a number > 0, got \"auto\""));
   EXPECT_THAT(create_error({{"growth_factor", 2.0}}),
@@ -52,11 +53,14 @@ TEST(StepErrors, LossScale) {
     c.update(o);
     return create_error(c);
   };
-  EXPECT_THAT(with({{"growth_factor", 1.0}}), HasSubstr("The growth factor must be > 1.0, got 1.0"));
+  EXPECT_THAT(with({{"growth_factor", 1.0}}),
+              HasSubstr("The growth factor must be > 1.0, got 1.0"));
   EXPECT_THAT(with({{"backoff_factor", 1.0}}), HasSubstr("The backoff factor must be < 1.0"));
   EXPECT_THAT(with({{"init_scale", -4.0}}), HasSubstr("Invalid init_scale: -4.0 (must be > 0)"));
-  EXPECT_THAT(with({{"growth_interval", 0}}), HasSubstr("growth_interval must be an integer > 0, got 0"));
-  EXPECT_THAT(with({{"growth_interval", 2.5}}), HasSubstr("growth_interval must be an integer > 0, got 2.5"));
+  EXPECT_THAT(with({{"growth_interval", 0}}),
+              HasSubstr("growth_interval must be an integer > 0, got 0"));
+  EXPECT_THAT(with({{"growth_interval", 2.5}}),
+              HasSubstr("growth_interval must be an integer > 0, got 2.5"));
 }
 
 TEST(StepErrors, Accumulation) {
@@ -77,13 +81,17 @@ TEST(StepErrors, Accumulation) {
 TEST(StepErrors, NotPerGroup) {
   testing::Model m = testing::Model::make({{4}}, 41);
   auto opt = Optimizer::create(engine(), {{"type", "sgd"}, {"max_grad_norm", 1.0}});
-  EXPECT_THAT(testing::error_of([&] { opt->add_param_group(m.refs(0), {{"max_grad_norm", 2.0}}); }),
+  EXPECT_THAT(testing::error_of([&] {
+                opt->add_param_group(m.refs(0), {{"max_grad_norm", 2.0}});
+              }),
               HasSubstr("param group 0: 'max_grad_norm' is an optimizer-wide option"));
   EXPECT_EQ(opt->num_groups(), 0u);
   opt->add_param_group(m.refs(0));
   EXPECT_THAT(testing::error_of([&] { opt->set(0, "accumulation_steps", 4); }),
               HasSubstr("param group 0: 'accumulation_steps' is an optimizer-wide option"));
-  EXPECT_THAT(testing::error_of([&] { update_graph({{"type", "sgd"}}, {{"loss_scale", 2.0}}); }),
+  EXPECT_THAT(testing::error_of([&] {
+                update_graph({{"type", "sgd"}}, {{"loss_scale", 2.0}});
+              }),
               HasSubstr("'loss_scale' is an optimizer-wide option"));
 }
 

@@ -3,7 +3,8 @@
 // feature implies. Where that gradient is computed exactly (powers of two), the comparison is
 // bit-for-bit; this shows the scale is applied inside each rule's own fused kernel with one
 // rounding at most, for every rule, and that the micro-steps leave params and state untouched.
-//   loss scaling, static S = 1024 and dynamic (S = 65536): grads * S -> g_eff = (g * S) * (1/S) == g:
+//   loss scaling, static S = 1024 and dynamic (S = 65536): grads * S -> g_eff = (g * S) * (1/S) ==
+//   g:
 //     bit-identical.
 //   accumulation "sum", k = 2: g_eff = float(g1 + g2), the plain twin is fed float(g1 + g2)
 //   accumulation "mean", k = 2: g_eff = float(g1 + g2) * 0.5, exact, == float((g1 + g2) / 2)
@@ -41,11 +42,17 @@ void PrintTo(const RuleCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<RuleCase> rule_cases() {
   return {
-      {"sgd_nesterov", {{"type", "sgd"}, {"lr", 0.05}, {"momentum", 0.9}, {"nesterov", true}, {"weight_decay", 1e-3}}},
+      {"sgd_nesterov",
+       {{"type", "sgd"},
+        {"lr", 0.05},
+        {"momentum", 0.9},
+        {"nesterov", true},
+        {"weight_decay", 1e-3}}},
       {"adam_amsgrad", {{"type", "adam"}, {"lr", 0.01}, {"amsgrad", true}, {"weight_decay", 0.01}}},
       {"adamw", {{"type", "adamw"}, {"lr", 0.01}, {"weight_decay", 0.1}}},
       {"adagrad", {{"type", "adagrad"}, {"lr", 0.05}, {"lr_decay", 0.01}}},
-      {"rmsprop_centered", {{"type", "rmsprop"}, {"lr", 0.01}, {"centered", true}, {"momentum", 0.9}}},
+      {"rmsprop_centered",
+       {{"type", "rmsprop"}, {"lr", 0.01}, {"centered", true}, {"momentum", 0.9}}},
       {"adamax", {{"type", "adamax"}, {"lr", 0.01}}},
       {"nadam", {{"type", "nadam"}, {"lr", 0.01}, {"weight_decay", 0.01}}},
       {"radam", {{"type", "radam"}, {"lr", 0.01}, {"betas", {0.8, 0.9}}}},

@@ -16,11 +16,11 @@
 namespace optfuse {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expect_close;
 using testing::gen;
-using testing::RunOptions;
+using ::testing::HasSubstr;
 using testing::run_kernel;
+using testing::RunOptions;
 using testing::Scalars;
 using testing::Tensors;
 
@@ -77,8 +77,9 @@ TEST(ReduceIR, BuildErrorsNameTheProblem) {
               HasSubstr("result \"r\": the value is per-element; reduce it first"));
   g.result("r", reduce_sum(x));
   EXPECT_THAT(error_of([&] { g.result("r", reduce_max(x)); }), HasSubstr("already declared"));
-  EXPECT_THAT(error_of([&] { parse("graph \"t\" {\n %0 = grad.f32 \"g\"\n result \"r\" = %0\n}"); }),
-              HasSubstr("line 3: result \"r\": the value is per-element"));
+  EXPECT_THAT(
+      error_of([&] { parse("graph \"t\" {\n %0 = grad.f32 \"g\"\n result \"r\" = %0\n}"); }),
+      HasSubstr("line 3: result \"r\": the value is per-element"));
 }
 
 TEST(ReduceIR, TextRoundTripAndCanonicalForm) {
@@ -104,7 +105,8 @@ TEST(ReduceIR, TextRoundTripAndCanonicalForm) {
   EXPECT_EQ(canonical.find("is_finite"), std::string::npos);
   EXPECT_LT(canonical.find("result \"maxabs\""), canonical.find("result \"sumsq\""));
   // Results are part of the structure: another result name is another hash.
-  Graph other = parse(std::string(text).replace(std::string(text).find("\"sumsq\""), 7, "\"sumsr\""));
+  Graph other =
+      parse(std::string(text).replace(std::string(text).find("\"sumsq\""), 7, "\"sumsr\""));
   EXPECT_NE(structural_hash(g), structural_hash(other));
 }
 

@@ -26,20 +26,20 @@ extern "C" {
 
 typedef enum {
   OPTFUSE_OK = 0,
-  OPTFUSE_ERR_INVALID = 1,  /* bad input: the message names what is at fault */
-  OPTFUSE_ERR_IO = 2,       /* a file could not be read or written */
-  OPTFUSE_ERR_INTERNAL = 3  /* a bug in optfuse (please report) */
+  OPTFUSE_ERR_INVALID = 1, /* bad input: the message names what is at fault */
+  OPTFUSE_ERR_IO = 2,      /* a file could not be read or written */
+  OPTFUSE_ERR_INTERNAL = 3 /* a bug in optfuse (please report) */
 } optfuse_status;
 
 typedef struct optfuse_engine optfuse_engine;
 typedef struct optfuse_optimizer optfuse_optimizer;
 
 typedef struct {
-  int64_t compiles;        /* kernels compiled */
-  int64_t lookups;         /* kernel requests */
-  int64_t hits;            /* requests answered by an already-compiled kernel */
-  double compile_seconds;  /* time spent compiling */
-  int64_t disk_hits;       /* objects read from the persistent cache instead of compiled */
+  int64_t compiles;       /* kernels compiled */
+  int64_t lookups;        /* kernel requests */
+  int64_t hits;           /* requests answered by an already-compiled kernel */
+  double compile_seconds; /* time spent compiling */
+  int64_t disk_hits;      /* objects read from the persistent cache instead of compiled */
 } optfuse_counters;
 
 const char* optfuse_last_error(void);
@@ -59,7 +59,8 @@ int optfuse_engine_counters(const optfuse_engine* engine, optfuse_counters* out)
 /* config_json: {"type": one of "sgd", "adam", "adamw", "adagrad", "rmsprop", "adamax", "nadam",
  * "radam" (torch.optim class names, any case) or "lion", "lamb", "lars", and that optimizer's
  * torch.optim options as defaults}. */
-int optfuse_optimizer_create(optfuse_engine* engine, const char* config_json, optfuse_optimizer** out);
+int optfuse_optimizer_create(optfuse_engine* engine, const char* config_json,
+                             optfuse_optimizer** out);
 void optfuse_optimizer_destroy(optfuse_optimizer* opt);
 
 /* Adds a group of n tensors: params[i] and grads[i] hold numels[i] floats. shapes/ndims may be
@@ -112,19 +113,19 @@ int optfuse_optimizer_step(optfuse_optimizer* opt);
  * "error_if_nonfinite": false}, {"loss_scale": "dynamic" or S, "init_scale", "growth_factor",
  * "backoff_factor", "growth_interval"}, {"accumulation_steps": k, "accumulation": "mean"|"sum"}. */
 typedef enum {
-  OPTFUSE_STEP_APPLIED = 0,           /* params and state were updated */
-  OPTFUSE_STEP_ACCUMULATED = 1,       /* micro-step 1..k-1: grads added to the accumulation buffer */
-  OPTFUSE_STEP_SKIPPED_NONFINITE = 2  /* loss scaling: a grad held inf/nan, nothing changed */
+  OPTFUSE_STEP_APPLIED = 0,          /* params and state were updated */
+  OPTFUSE_STEP_ACCUMULATED = 1,      /* micro-step 1..k-1: grads added to the accumulation buffer */
+  OPTFUSE_STEP_SKIPPED_NONFINITE = 2 /* loss scaling: a grad held inf/nan, nothing changed */
 } optfuse_step_outcome;
 
 typedef struct {
-  int outcome;             /* an optfuse_step_outcome */
-  int64_t micro_step;      /* 1..accumulation_steps */
-  int has_total_norm;      /* 1 when total_norm was computed (clipping or loss scaling on) */
-  double total_norm;       /* norm of the unscaled gradients over all groups (inf/nan if a grad is) */
-  double clip_coef;        /* the clip factor applied (1 when not clipped) */
-  double loss_scale;       /* the S this step's grads were divided by */
-  double next_loss_scale;  /* the S for the next backward */
+  int outcome;        /* an optfuse_step_outcome */
+  int64_t micro_step; /* 1..accumulation_steps */
+  int has_total_norm; /* 1 when total_norm was computed (clipping or loss scaling on) */
+  double total_norm;  /* norm of the unscaled gradients over all groups (inf/nan if a grad is) */
+  double clip_coef;   /* the clip factor applied (1 when not clipped) */
+  double loss_scale;  /* the S this step's grads were divided by */
+  double next_loss_scale; /* the S for the next backward */
 } optfuse_step_result;
 
 /* optfuse_optimizer_step that also says what the step did; out may be NULL. */
@@ -139,7 +140,8 @@ int optfuse_optimizer_loss_scale(const optfuse_optimizer* opt, double* out);
 
 /* Sets a numeric option of one group (e.g. "lr"); optfuse_optimizer_set_option_json for others
  * ("betas": "[0.9,0.99]", "amsgrad": "true"). */
-int optfuse_optimizer_set_hyper(optfuse_optimizer* opt, size_t group, const char* name, double value);
+int optfuse_optimizer_set_hyper(optfuse_optimizer* opt, size_t group, const char* name,
+                                double value);
 int optfuse_optimizer_set_option_json(optfuse_optimizer* opt, size_t group, const char* name,
                                       const char* value_json);
 int optfuse_optimizer_get_hyper(const optfuse_optimizer* opt, size_t group, const char* name,
@@ -147,8 +149,8 @@ int optfuse_optimizer_get_hyper(const optfuse_optimizer* opt, size_t group, cons
 int optfuse_optimizer_set_grad(optfuse_optimizer* opt, size_t group, size_t index, float* grad,
                                int64_t numel);
 /* The same for a grad of any supported dtype (it must match the tensor's current grad dtype). */
-int optfuse_optimizer_set_grad_typed(optfuse_optimizer* opt, size_t group, size_t index,
-                                     void* grad, optfuse_dtype dtype, int64_t numel);
+int optfuse_optimizer_set_grad_typed(optfuse_optimizer* opt, size_t group, size_t index, void* grad,
+                                     optfuse_dtype dtype, int64_t numel);
 
 /* Row-sparse gradient (only "sparseadam" / "lazyadam", as torch.optim.SparseAdam): the param is
  * viewed as [rows, row_len] (row_len = numel / shape[0], 1 without a shape); `rows` lists the

@@ -29,14 +29,14 @@ namespace optfuse {
 struct FusionDecision {
   enum class Verdict { Fuse, Cut, Recompute };
   enum class Why {
-    ElementwiseChain,    // element-wise into element-wise: same loop
-    ReductionPrologue,   // whole-tensor reduction into its consumer: root stage of one pipeline
-    RowPrologue,         // per-row reduction into its consumer: per-row stage of one pipeline
-    OpaqueProducer,      // an opaque op's result: computed outside, an input of the next kernel
-    OpaqueConsumer,      // an opaque op's operand: written by the kernel before it
-    ReductionCut,        // whole-tensor reduction into another kernel (one with per-row
-                         // reductions, or one after an opaque op): passed as a scalar
-    Duplicated,          // an element-wise value computed again in a later kernel
+    ElementwiseChain,   // element-wise into element-wise: same loop
+    ReductionPrologue,  // whole-tensor reduction into its consumer: root stage of one pipeline
+    RowPrologue,        // per-row reduction into its consumer: per-row stage of one pipeline
+    OpaqueProducer,     // an opaque op's result: computed outside, an input of the next kernel
+    OpaqueConsumer,     // an opaque op's operand: written by the kernel before it
+    ReductionCut,       // whole-tensor reduction into another kernel (one with per-row
+                        // reductions, or one after an opaque op): passed as a scalar
+    Duplicated,         // an element-wise value computed again in a later kernel
   };
   Verdict verdict;
   Why why;
@@ -59,10 +59,10 @@ struct Cluster {
 };
 
 struct Partition {
-  Graph canonical;                         // canonicalize(g): the numbering used below
-  std::vector<Cluster> clusters;           // in an order that respects every dependency
-  std::vector<FusionDecision> decisions;   // one per edge between non-leaf nodes
-  int kernels() const;                     // clusters of kind Kernel
+  Graph canonical;                        // canonicalize(g): the numbering used below
+  std::vector<Cluster> clusters;          // in an order that respects every dependency
+  std::vector<FusionDecision> decisions;  // one per edge between non-leaf nodes
+  int kernels() const;                    // clusters of kind Kernel
 };
 
 Partition partition(const Graph& g);

@@ -182,7 +182,8 @@ NB_MODULE(_core, m) {
             new (self) PyEngine{std::make_unique<optfuse::Engine>(o)};
           },
           nb::arg("target") = "host", nb::arg("threads") = 0, nb::arg("cache_dir") = "",
-          nb::arg("memory_only") = false, nb::arg("schedule_db") = "", nb::arg("python_warnings") = true)
+          nb::arg("memory_only") = false, nb::arg("schedule_db") = "",
+          nb::arg("python_warnings") = true)
       .def_prop_ro("target", [](const PyEngine& e) { return e.engine->target_string(); })
       .def_prop_ro("threads", [](const PyEngine& e) { return e.engine->num_threads(); })
       .def_prop_ro("cache_dir", [](const PyEngine& e) { return e.engine->options().cache_dir; })

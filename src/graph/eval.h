@@ -1,8 +1,8 @@
 #pragma once
 // Scalar semantics of ops in double precision, shared by constant folding (canonicalize) and the
 // reference interpreter so that the two can never disagree.
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 
 #include "optfuse/graph.h"
 

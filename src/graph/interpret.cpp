@@ -68,8 +68,8 @@ Values evaluate(const Node& node, const std::vector<Values>& computed, size_t n)
       args[k] = a.size() == 1 ? a[0] : a[i];  // a uniform operand is broadcast
     }
     if (node.op == Op::RoundSR)  // the key is an integer below 2^32 (checked by the kernel call)
-      out[i] = graph_detail::round_sr(args[0], static_cast<uint32_t>(static_cast<uint64_t>(args[1])),
-                                      static_cast<uint32_t>(i));
+      out[i] = graph_detail::round_sr(
+          args[0], static_cast<uint32_t>(static_cast<uint64_t>(args[1])), static_cast<uint32_t>(i));
     else
       out[i] = graph_detail::eval_op(node.op, node.dtype, args);
   }
@@ -83,8 +83,8 @@ Values reduce(const Node& node, const Values& operand, size_t n, int64_t cols) {
     return {graph_detail::round_to_dtype(graph_detail::reduce(node.op, v.data(), n), node.dtype)};
   if (cols <= 0 || n % static_cast<size_t>(cols) != 0)
     throw Error("interpret: " + std::string(op_name(node.op)) + " needs a row length (cols) > 0 " +
-                "that divides the element count " + std::to_string(n) + ", got cols = " +
-                std::to_string(cols));
+                "that divides the element count " + std::to_string(n) +
+                ", got cols = " + std::to_string(cols));
   size_t c = static_cast<size_t>(cols);
   Values out(n);
   for (size_t row = 0; row < n / c; ++row) {

@@ -22,7 +22,9 @@ using Verdict = FusionDecision::Verdict;
 
 struct Region {
   int epoch = 0, phase = 0;
-  bool operator<(const Region& o) const { return std::tie(epoch, phase) < std::tie(o.epoch, o.phase); }
+  bool operator<(const Region& o) const {
+    return std::tie(epoch, phase) < std::tie(o.epoch, o.phase);
+  }
   bool operator==(const Region& o) const { return epoch == o.epoch && phase == o.phase; }
   bool operator!=(const Region& o) const { return !(*this == o); }
 };
@@ -125,8 +127,10 @@ class Partitioner {
   }
 
   void collect_roots() {
-    for (const Output& o : c_.outputs()) roots_[home(o.value)].push_back({Root::Output, o.replaces, o.value});
-    for (const Result& r : c_.results()) roots_[home(r.value)].push_back({Root::Result, r.name, r.value});
+    for (const Output& o : c_.outputs())
+      roots_[home(o.value)].push_back({Root::Output, o.replaces, o.value});
+    for (const Result& r : c_.results())
+      roots_[home(r.value)].push_back({Root::Result, r.name, r.value});
     for (size_t id = 0; id < c_.nodes().size(); ++id) {
       const NodeId i = static_cast<NodeId>(id);
       if (cut_[id]) add_root(home(i), {Root::Crossing, ref(i), i});
@@ -189,7 +193,8 @@ class Partitioner {
   std::string summary(const std::vector<NodeId>& nodes, const std::vector<Root>& roots) const {
     int elementwise = 0, whole = 0, rows = 0, outputs = 0, results = 0, crossing = 0;
     for (NodeId id : nodes) (is_whole(id) ? whole : is_row(id) ? rows : elementwise) += 1;
-    for (const Root& r : roots) (r.kind == Root::Output ? outputs : r.kind == Root::Result ? results : crossing) += 1;
+    for (const Root& r : roots)
+      (r.kind == Root::Output ? outputs : r.kind == Root::Result ? results : crossing) += 1;
     std::string s = std::to_string(elementwise) + " element-wise op(s)";
     if (whole) s += ", " + std::to_string(whole) + " whole-tensor reduction(s) as prologue";
     if (rows) s += ", " + std::to_string(rows) + " per-row reduction(s) computed per row";
@@ -228,7 +233,8 @@ class Partitioner {
     };
     if (is_opaque(a))
       return d(Verdict::Cut, Why::OpaqueProducer,
-               "opaque \"" + node(a).name + "\" is never fused; its result is an input of the next kernel");
+               "opaque \"" + node(a).name +
+                   "\" is never fused; its result is an input of the next kernel");
     if (is_opaque(n))
       return d(Verdict::Cut, Why::OpaqueConsumer,
                "operand of opaque \"" + node(n).name + "\"; " +
@@ -240,11 +246,12 @@ class Partitioner {
     if (!shared) {
       if (!cut_[a]) internal_error("partition: " + edge + " crosses kernels without a cut");
       bool mixed = region_[a].epoch == region_[n].epoch;
-      return d(Verdict::Cut, Why::ReductionCut,
-               mixed ? "a whole-tensor reduction cannot share a kernel with per-row reductions "
-                       "(yet): a statistics kernel computes it first, this kernel reads it as a scalar"
-                     : "the reduction is computed before the opaque op; the later kernel reads it "
-                       "as a scalar");
+      return d(
+          Verdict::Cut, Why::ReductionCut,
+          mixed ? "a whole-tensor reduction cannot share a kernel with per-row reductions "
+                  "(yet): a statistics kernel computes it first, this kernel reads it as a scalar"
+                : "the reduction is computed before the opaque op; the later kernel reads it "
+                  "as a scalar");
     }
     if (where_a.size() > 1)
       return d(Verdict::Recompute, Why::Duplicated,
@@ -302,8 +309,9 @@ std::string explain(const Partition& p) {
        " kernel(s)), in execution order:\n";
   for (size_t i = 0; i < p.clusters.size(); ++i) {
     const Cluster& c = p.clusters[i];
-    s += "  [" + std::to_string(i) + "] " + (c.kind == Cluster::Kind::Kernel ? "kernel" : "opaque") +
-         ": " + c.summary + "\n      nodes:";
+    s += "  [" + std::to_string(i) + "] " +
+         (c.kind == Cluster::Kind::Kernel ? "kernel" : "opaque") + ": " + c.summary +
+         "\n      nodes:";
     for (NodeId id : c.nodes) s += " " + ref(id);
     s += "\n";
     if (c.kind == Cluster::Kind::Kernel) {

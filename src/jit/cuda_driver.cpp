@@ -14,7 +14,8 @@ namespace {
 std::string result_text(int rc, const CudaDriver& cu) {
   const char* name = nullptr;
   std::string text = "CUresult " + std::to_string(rc);
-  if (cu.cuGetErrorName && cu.cuGetErrorName(rc, &name) == 0 && name) text += " " + std::string(name);
+  if (cu.cuGetErrorName && cu.cuGetErrorName(rc, &name) == 0 && name)
+    text += " " + std::string(name);
   return text;
 }
 

@@ -29,7 +29,8 @@ struct CudaDriver {
   int (*cuMemAlloc)(CuDevicePtr* ptr, size_t bytes) = nullptr;
   int (*cuMemFree)(CuDevicePtr ptr) = nullptr;
   int (*cuMemsetD32)(CuDevicePtr ptr, unsigned value, size_t count) = nullptr;
-  int (*cuMemsetD16Async)(CuDevicePtr ptr, unsigned short value, size_t count, CuStream s) = nullptr;
+  int (*cuMemsetD16Async)(CuDevicePtr ptr, unsigned short value, size_t count,
+                          CuStream s) = nullptr;
   int (*cuMemsetD32Async)(CuDevicePtr ptr, unsigned value, size_t count, CuStream s) = nullptr;
   int (*cuMemcpyHtoD)(CuDevicePtr dst, const void* src, size_t bytes) = nullptr;
   int (*cuMemcpyDtoH)(void* dst, CuDevicePtr src, size_t bytes) = nullptr;

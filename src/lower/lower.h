@@ -23,12 +23,12 @@
 // Graphs with per-row reductions are 2-D: every tensor is [cols, rows] (x along a row) and
 // `out(x, y)`; the others are 1-D.
 // Halide argument order (the `_argv` entry point): [user_context, inputs..., scalars..., chunk,
-// (cols,) results..., outputs...] (results first: see lower.cpp). Halide always appends output buffers after the explicit
-// arguments; `chunk` is the runtime task size in elements (a multiple of the vector width),
-// computed per call; chunk == 0 marks an empty call that only computes results (its tensors are
-// one-element stand-ins, and reductions see zero elements). `cols` (int32) exists only for
-// per-row graphs. `chunk` is CPU-only, but GPU kernels take it too (and ignore it), so every
-// target has the same argv layout.
+// (cols,) results..., outputs...] (results first: see lower.cpp). Halide always appends output
+// buffers after the explicit arguments; `chunk` is the runtime task size in elements (a multiple of
+// the vector width), computed per call; chunk == 0 marks an empty call that only computes results
+// (its tensors are one-element stand-ins, and reductions see zero elements). `cols` (int32) exists
+// only for per-row graphs. `chunk` is CPU-only, but GPU kernels take it too (and ignore it), so
+// every target has the same argv layout.
 #include <Halide.h>
 
 #include <vector>

@@ -38,7 +38,6 @@ Expr is_pos_inf_f32(const Expr& x) {
   return bits_of(x) == Halide::Internal::make_const(Halide::UInt(32), 0x7f800000u);
 }
 
-
 // sign(x): 1, -1, or x itself for zeros and NaN.
 Expr sign_of(const Expr& x) {
   Halide::Type t = x.type();

@@ -32,7 +32,7 @@ Combine combine_of(Op op) {
 
 Expr identity(Combine c) {
   const Halide::Type f64 = Halide::Float(64);
-  return c == Combine::Sum ? Halide::Internal::make_zero(f64)
+  return c == Combine::Sum   ? Halide::Internal::make_zero(f64)
          : c == Combine::Max ? f64.min()   // -inf
                              : f64.max();  // +inf
 }
@@ -90,8 +90,8 @@ RowReduction reduce_rows(Op op, const Func& value, const Expr& cols, int vector_
                          const std::string& name) {
   const Combine c = combine_of(op);
   const Expr vw = vector_width;
-  Func bounded =
-      Halide::BoundaryConditions::constant_exterior(value, identity(c), {{0, cols}, {Expr(), Expr()}});
+  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c),
+                                                               {{0, cols}, {Expr(), Expr()}});
   RowReduction r{Func(name + "_lanes"), Func(name + "_row"), {}};
   Var l("l"), y("y");
   Halide::RDom k(0, (cols + vw - 1) / vw, name + "_k");
@@ -116,12 +116,12 @@ WholeReduction reduce_whole_gpu(Op op, const Func& value, const Expr& n, int vec
   Var j("j"), b("b");
   Func range(name + "_range");
   range(j, b) = bounded(b * (steps * per_step) + j);
-  WholeReduction r{Func(name + "_lanes"), Func(name + "_total"),
-                   Halide::Internal::const_true(), {}};
+  WholeReduction r{
+      Func(name + "_lanes"), Func(name + "_total"), Halide::Internal::const_true(), {}};
   r.gpu.push_back(block_reduce(c, range, steps, block, vector_width, name));
   // Kernel 2: one block combines the block partials.
-  Func partials = Halide::BoundaryConditions::constant_exterior(r.gpu[0].out, identity(c),
-                                                                {{0, blocks}});
+  Func partials =
+      Halide::BoundaryConditions::constant_exterior(r.gpu[0].out, identity(c), {{0, blocks}});
   Func all(name + "_partials");
   all(j, b) = partials(j);
   r.gpu.push_back(block_reduce(c, all, (blocks + block - 1) / block, block, 1, name + "_final"));

@@ -34,7 +34,7 @@ struct BlockReduce {
 //   total():     the lane partials of every chunk combined (a few hundred values).
 struct WholeReduction {
   Halide::Func lanes, total;
-  Halide::Expr single_task;  // true when one chunk covers the tensor (no thread pool needed)
+  Halide::Expr single_task;      // true when one chunk covers the tensor (no thread pool needed)
   std::vector<BlockReduce> gpu;  // CUDA only (reduce_whole_gpu): its two kernels
 };
 

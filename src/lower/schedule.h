@@ -18,10 +18,10 @@ struct PipelineFuncs {
   Halide::Var x;
   Halide::Expr chunk;  // runtime task size in elements, a multiple of the vector width
   std::vector<Halide::ImageParam> inputs;  // the tensor inputs (handles: constraints apply)
-  Halide::Func results;                     // 0-D, a Tuple of f64: the graph's results
-  std::vector<WholeReduction> whole;        // prologue stages
-  std::vector<RowReduction> rows;           // per-row stages (per_row graphs)
-  bool per_row = false;  // 2-D: out(x, y), x along a row of `cols` elements
+  Halide::Func results;                    // 0-D, a Tuple of f64: the graph's results
+  std::vector<WholeReduction> whole;       // prologue stages
+  std::vector<RowReduction> rows;          // per-row stages (per_row graphs)
+  bool per_row = false;                    // 2-D: out(x, y), x along a row of `cols` elements
   Halide::Var y{"y"};
   // Loops that get software prefetches (lower/prefetch.h): those whose name contains one of these.
   std::vector<std::string> prefetch_loops;

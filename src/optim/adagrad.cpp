@@ -1,8 +1,8 @@
 // torch.optim.Adagrad: https://pytorch.org/docs/stable/generated/torch.optim.Adagrad.html
 //   g = maximize ? -grad : grad;  g += weight_decay * p
 //   clr = lr / (1 + (t - 1) * lr_decay)                     (host, double)
-//   sum = sum + g * g                                       (sum starts at initial_accumulator_value)
-//   p = p - clr * (g / (sqrt(sum) + eps))
+//   sum = sum + g * g                                       (sum starts at
+//   initial_accumulator_value) p = p - clr * (g / (sqrt(sum) + eps))
 // One structure: every hyperparameter is a runtime scalar. torch fills `sum` when the param is
 // added to the optimizer; optfuse creates it at the tensor's first step with the group's value
 // then (the same unless initial_accumulator_value is changed in between).
@@ -18,12 +18,9 @@ class Adagrad final : public UpdateRule {
   const std::string& type() const override { return type_; }
 
   Options defaults() const override {
-    return {{"lr", 1e-2},
-            {"lr_decay", 0.0},
-            {"weight_decay", 0.0},
-            {"initial_accumulator_value", 0.0},
-            {"eps", 1e-10},
-            {"maximize", false}};
+    return {{"lr", 1e-2},          {"lr_decay", 0.0},
+            {"weight_decay", 0.0}, {"initial_accumulator_value", 0.0},
+            {"eps", 1e-10},        {"maximize", false}};
   }
 
   void validate(const Options& h, const std::string& where) const override {

@@ -19,11 +19,11 @@ GradStats run_tensor(const Kernel& k, const StatsInput& t, KernelCall* call, dou
   for (int64_t b = 0; b < t.n; b += kMaxCall) {
     call->inputs.resize(sig.inputs.size());
     for (size_t i = 0; i < sig.inputs.size(); ++i)
-      call->inputs[i] = sig.inputs[i].role == Role::Grad
-                            ? static_cast<void*>(const_cast<char*>(
-                                  static_cast<const char*>(t.grad) +
-                                  b * int64_t(dtype_size(sig.inputs[i].dtype))))
-                            : static_cast<void*>(const_cast<float*>(t.acc + b));
+      call->inputs[i] =
+          sig.inputs[i].role == Role::Grad
+              ? static_cast<void*>(const_cast<char*>(static_cast<const char*>(t.grad) +
+                                                     b * int64_t(dtype_size(sig.inputs[i].dtype))))
+              : static_cast<void*>(const_cast<float*>(t.acc + b));
     call->outputs.clear();
     call->n = std::min(kMaxCall, t.n - b);
     call->results = results;
@@ -52,7 +52,7 @@ Graph grad_stats_graph(bool accumulated, bool want_maxabs, DType grad) {
            (grad == DType::F32 ? "" : "_g" + std::string(dtype_name(grad))));
   Value x = gr.grad("grad", grad);
   if (grad != DType::F32) x = cast(x, DType::F32);
-  if (accumulated) x = gr.state(kGradAccum) + x;  // the float32 sum the update kernel forms
+  if (accumulated) x = gr.state(kGradAccum) + x;         // the float32 sum the update kernel forms
   gr.result("sumsq", sum_squares(cast(x, DType::F64)));  // squares and sum in double
   if (want_maxabs) gr.result("maxabs", max_abs(x));
   return gr;

@@ -25,7 +25,7 @@ class Lamb final : public UpdateRule {
   const std::string& type() const override { return type_; }
 
   Options defaults() const override {
-    return {{"lr", 1e-3},           {"betas", {0.9, 0.999}}, {"eps", 1e-6},
+    return {{"lr", 1e-3},           {"betas", {0.9, 0.999}},   {"eps", 1e-6},
             {"weight_decay", 0.01}, {"bias_correction", true}, {"max_trust_ratio", 0.0}};
   }
 
@@ -50,9 +50,10 @@ class Lamb final : public UpdateRule {
     gr.output("exp_avg_sq", v_new);
     // Association as the idiom normal form (include/optfuse/idioms.h) has it, so that a LAMB
     // written op by op normalizes to this kernel: ibc1 * (m / denom), p - u * (trust * lr).
-    Value u = gr.scalar("inv_bias_correction1") *
-                  (m_new / (sqrt(v_new) * gr.scalar("inv_bias_correction2_sqrt") + gr.scalar("eps"))) +
-              gr.scalar("weight_decay") * p;
+    Value u =
+        gr.scalar("inv_bias_correction1") *
+            (m_new / (sqrt(v_new) * gr.scalar("inv_bias_correction2_sqrt") + gr.scalar("eps"))) +
+        gr.scalar("weight_decay") * p;
     Value p_sq = sum_squares(p), u_sq = sum_squares(u);
     Value one = gr.constant(1.0), zero = gr.constant(0.0);
     Value trust = select(p_sq > zero, select(u_sq > zero, sqrt(p_sq) / sqrt(u_sq), one), one);

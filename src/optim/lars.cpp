@@ -48,8 +48,8 @@ class Lars final : public UpdateRule {
     Value p_sq = sum_squares(p), g_sq = sum_squares(g);
     Value one = gr.constant(1.0), zero = gr.constant(0.0);
     Value p_norm = sqrt(p_sq);
-    Value ratio = gr.scalar("trust_coefficient") * p_norm /
-                  (sqrt(g_sq) + wd * p_norm + gr.scalar("eps"));
+    Value ratio =
+        gr.scalar("trust_coefficient") * p_norm / (sqrt(g_sq) + wd * p_norm + gr.scalar("eps"));
     Value local_lr = select(p_sq > zero, select(g_sq > zero, ratio, one), one);
     Value d = local_lr * (g + wd * p);
     if (has_momentum(h)) {

@@ -25,12 +25,8 @@ class Nadam final : public UpdateRule {
   const std::string& type() const override { return type_; }
 
   Options defaults() const override {
-    return {{"lr", 2e-3},
-            {"betas", {0.9, 0.999}},
-            {"eps", 1e-8},
-            {"weight_decay", 0.0},
-            {"momentum_decay", 4e-3},
-            {"decoupled_weight_decay", false},
+    return {{"lr", 2e-3},          {"betas", {0.9, 0.999}},  {"eps", 1e-8},
+            {"weight_decay", 0.0}, {"momentum_decay", 4e-3}, {"decoupled_weight_decay", false},
             {"maximize", false}};
   }
 
@@ -50,7 +46,8 @@ class Nadam final : public UpdateRule {
     Moments mo = adam_moments(gr, dec);
     Value p = mo.p, g = mo.g, m_new = mo.m, v_new = mo.v;
     Value denom = sqrt(v_new) * gr.scalar("inv_bias_correction2_sqrt") + gr.scalar("eps");
-    Value p_new = p - gr.scalar("grad_step") * (g / denom) - gr.scalar("exp_avg_step") * (m_new / denom);
+    Value p_new =
+        p - gr.scalar("grad_step") * (g / denom) - gr.scalar("exp_avg_step") * (m_new / denom);
     gr.output("param", p_new);
     return gr;
   }

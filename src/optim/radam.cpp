@@ -28,12 +28,8 @@ class Radam final : public UpdateRule {
   const std::string& type() const override { return type_; }
 
   Options defaults() const override {
-    return {{"lr", 1e-3},
-            {"betas", {0.9, 0.999}},
-            {"eps", 1e-8},
-            {"weight_decay", 0.0},
-            {"decoupled_weight_decay", false},
-            {"maximize", false}};
+    return {{"lr", 1e-3},          {"betas", {0.9, 0.999}},           {"eps", 1e-8},
+            {"weight_decay", 0.0}, {"decoupled_weight_decay", false}, {"maximize", false}};
   }
 
   void validate(const Options& h, const std::string& where) const override {

@@ -19,7 +19,7 @@ class Rmsprop final : public UpdateRule {
   const std::string& type() const override { return type_; }
 
   Options defaults() const override {
-    return {{"lr", 1e-2},       {"alpha", 0.99},    {"eps", 1e-8},     {"weight_decay", 0.0},
+    return {{"lr", 1e-2},      {"alpha", 0.99},     {"eps", 1e-8},      {"weight_decay", 0.0},
             {"momentum", 0.0}, {"centered", false}, {"maximize", false}};
   }
 

@@ -73,8 +73,9 @@ std::unique_ptr<UpdateRule> make_nadam();
 std::unique_ptr<UpdateRule> make_radam();
 std::unique_ptr<UpdateRule> make_lion();
 // Per-tensor trust ratios from norms (reductions in the same kernel): not in torch.optim.
-std::unique_ptr<UpdateRule> make_lamb();  // apex FusedLAMB (adam_w_mode), see lamb.cpp
-std::unique_ptr<UpdateRule> make_lars();  // torchlars over SGD, see lars.cpp
-std::unique_ptr<UpdateRule> make_sparse_adam();  // torch.optim.SparseAdam ("lazyadam" too)  // not in torch.optim: Chen et al. 2023 / lion-pytorch
+std::unique_ptr<UpdateRule> make_lamb();         // apex FusedLAMB (adam_w_mode), see lamb.cpp
+std::unique_ptr<UpdateRule> make_lars();         // torchlars over SGD, see lars.cpp
+std::unique_ptr<UpdateRule> make_sparse_adam();  // torch.optim.SparseAdam ("lazyadam" too)  // not
+                                                 // in torch.optim: Chen et al. 2023 / lion-pytorch
 
 }  // namespace optfuse::optim

@@ -18,9 +18,15 @@ LossScaler::LossScaler(const StepOptions& o)
       backoff_factor_(o.backoff_factor),
       growth_interval_(o.growth_interval) {
   switch (o.loss_scale) {
-    case StepOptions::LossScale::None: scale_ = 1.0; break;
-    case StepOptions::LossScale::Static: scale_ = o.static_scale; break;
-    case StepOptions::LossScale::Dynamic: scale_ = to_f32(o.init_scale); break;
+    case StepOptions::LossScale::None:
+      scale_ = 1.0;
+      break;
+    case StepOptions::LossScale::Static:
+      scale_ = o.static_scale;
+      break;
+    case StepOptions::LossScale::Dynamic:
+      scale_ = to_f32(o.init_scale);
+      break;
   }
 }
 

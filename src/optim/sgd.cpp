@@ -23,8 +23,12 @@ class Sgd final : public UpdateRule {
   const std::string& type() const override { return type_; }
 
   Options defaults() const override {
-    return {{"lr", 1e-3},        {"momentum", 0.0},   {"dampening", 0.0},
-            {"weight_decay", 0.0}, {"nesterov", false}, {"maximize", false},
+    return {{"lr", 1e-3},
+            {"momentum", 0.0},
+            {"dampening", 0.0},
+            {"weight_decay", 0.0},
+            {"nesterov", false},
+            {"maximize", false},
             {"grad_centralization", false}};
   }
 

@@ -31,8 +31,10 @@ class SparseAdam final : public UpdateRule {
     flag(h, "maximize", where);
     if (lr < 0) throw Error(where + ": Invalid learning rate: " + pyfloat(lr));
     if (eps < 0) throw Error(where + ": Invalid epsilon value: " + pyfloat(eps));
-    if (b1 < 0 || b1 >= 1) throw Error(where + ": Invalid beta parameter at index 0: " + pyfloat(b1));
-    if (b2 < 0 || b2 >= 1) throw Error(where + ": Invalid beta parameter at index 1: " + pyfloat(b2));
+    if (b1 < 0 || b1 >= 1)
+      throw Error(where + ": Invalid beta parameter at index 0: " + pyfloat(b1));
+    if (b2 < 0 || b2 >= 1)
+      throw Error(where + ": Invalid beta parameter at index 1: " + pyfloat(b2));
   }
 
   std::string structure(const Options&) const override { return ""; }

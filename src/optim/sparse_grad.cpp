@@ -49,7 +49,8 @@ void run_sparse(const Kernel& kernel, const std::vector<size_t>& output_input, K
     for (size_t i = 0; i < sig.inputs.size(); ++i) {
       bool is_grad = sig.inputs[i].role == Role::Grad;
       auto* at = static_cast<char*>(is_grad ? grad.values.data : base[i]);
-      int64_t offset = (is_grad ? val0 : row0) * static_cast<int64_t>(dtype_size(sig.inputs[i].dtype));
+      int64_t offset =
+          (is_grad ? val0 : row0) * static_cast<int64_t>(dtype_size(sig.inputs[i].dtype));
       call.inputs[i] = at + offset;
     }
     for (size_t o = 0; o < output_input.size(); ++o) call.outputs[o] = call.inputs[output_input[o]];

@@ -106,8 +106,8 @@ static void refuse_caller_owned(const Optimizer::Impl& impl, const char* what) {
   for (size_t gi = 0; gi < impl.groups.size(); ++gi)
     for (size_t ti = 0; ti < impl.groups[gi].tensors.size(); ++ti)
       if (const auto& t = impl.groups[gi].tensors[ti]; !t.bound.empty() || !t.bound_scalars.empty())
-        throw Error(Optimizer::Impl::where(gi, ti, t.ref) + ": its state is caller-owned (bind_state): its " +
-                    "owner " + what + " it");
+        throw Error(Optimizer::Impl::where(gi, ti, t.ref) +
+                    ": its state is caller-owned (bind_state): its " + "owner " + what + " it");
 }
 
 void Optimizer::save_state(const std::string& path) const {

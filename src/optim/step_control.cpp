@@ -27,7 +27,8 @@ namespace {
 WorkerPool* pool_for(Impl& impl, size_t small) {
   const int threads = impl.engine->num_threads();
   if (threads < 2 || small < 4 * static_cast<size_t>(threads)) return nullptr;
-  if (!impl.pool || impl.pool->threads() != threads) impl.pool = std::make_unique<WorkerPool>(threads);
+  if (!impl.pool || impl.pool->threads() != threads)
+    impl.pool = std::make_unique<WorkerPool>(threads);
   return impl.pool.get();
 }
 
@@ -82,7 +83,9 @@ void accumulate(Impl& impl, bool first) {
       auto& slot = slots[t.ref.grad.dtype];
       if (!slot) slot = impl.engine->kernel(accumulate_graph(first, t.ref.grad.dtype));
     }
-  auto kernel_of = [&](const Impl::Tensor& t) -> const Kernel& { return *slots.at(t.ref.grad.dtype); };
+  auto kernel_of = [&](const Impl::Tensor& t) -> const Kernel& {
+    return *slots.at(t.ref.grad.dtype);
+  };
   if (first) make_accum_buffers(impl);
   // (Device tensors: every launch from this thread, in order, on the step's stream.)
   const int64_t single_task =
@@ -146,7 +149,8 @@ void plan_update(Impl& impl, StepPlan* plan) {
   StepControl& sc = impl.control;
   const StepOptions& o = sc.options;
   StepResult& r = plan->result;
-  const double k_mean = o.accumulating() && o.accumulation_mean ? double(o.accumulation_steps) : 1.0;
+  const double k_mean =
+      o.accumulating() && o.accumulation_mean ? double(o.accumulation_steps) : 1.0;
   const double unscale = r.loss_scale * k_mean;  // the gradients as given are this times too big
   if (o.needs_stats()) {
     GradStats s = statistics(impl);
@@ -202,8 +206,10 @@ StepResult finish_step(Impl& impl, const StepPlan& plan) {
 
 void check_can_add_group(const Impl& impl, const std::string& where) {
   if (impl.control.micro > 0)
-    throw Error(where + ": cannot add a param group in the middle of a gradient accumulation "
-                "cycle (" + std::to_string(impl.control.micro) + " of " +
+    throw Error(where +
+                ": cannot add a param group in the middle of a gradient accumulation "
+                "cycle (" +
+                std::to_string(impl.control.micro) + " of " +
                 std::to_string(impl.control.options.accumulation_steps) +
                 " micro-steps done); add it after the update step");
 }
@@ -227,12 +233,14 @@ StepControl load_step_state(const Impl& impl, const Options& step,
   if (!step.is_null()) {
     micro = step.at("micro_step").get<int64_t>();
     if (micro < 0 || micro >= o.accumulation_steps)
-      throw Error("is at micro-step " + std::to_string(micro) + " of a gradient accumulation cycle, " +
-                  "but this optimizer has accumulation_steps = " + std::to_string(o.accumulation_steps));
+      throw Error(
+          "is at micro-step " + std::to_string(micro) + " of a gradient accumulation cycle, " +
+          "but this optimizer has accumulation_steps = " + std::to_string(o.accumulation_steps));
     if (step.contains("scaler")) {
       if (o.loss_scale != StepOptions::LossScale::Dynamic)
-        throw Error("holds dynamic loss scaler state, but this optimizer has no "
-                    "\"loss_scale\": \"dynamic\"");
+        throw Error(
+            "holds dynamic loss scaler state, but this optimizer has no "
+            "\"loss_scale\": \"dynamic\"");
       const Options& s = step.at("scaler");
       sc.scaler.restore(s.at("scale").get<double>(), s.at("growth_tracker").get<int64_t>());
     }
@@ -241,7 +249,8 @@ StepControl load_step_state(const Impl& impl, const Options& step,
     for (size_t ti = 0; ti < has_accum[gi].size(); ++ti) {
       const std::string who = Impl::where(gi, ti, impl.groups[gi].tensors[ti].ref);
       if (has_accum[gi][ti] && !o.accumulating())
-        throw Error(who + ": holds a gradient accumulation buffer, but this optimizer has no "
+        throw Error(who +
+                    ": holds a gradient accumulation buffer, but this optimizer has no "
                     "accumulation_steps > 1");
       if (!has_accum[gi][ti] && micro > 0)
         throw Error(who + ": has no gradient accumulation buffer, but the file is at micro-step " +

@@ -39,7 +39,7 @@ struct StepControl {
 };
 
 struct StepPlan {
-  bool update = false;          // run the rule's update now
+  bool update = false;           // run the rule's update now
   bool found_nonfinite = false;  // skip: a gradient holds inf or nan (loss scaling on)
   StepResult result;
 };

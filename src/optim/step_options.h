@@ -5,9 +5,10 @@
 //
 //   "max_grad_norm": 1.0            torch.nn.utils.clip_grad_norm_(max_norm=1.0) before each update
 //   "norm_type": 2 | "inf"          default 2 (JSON has no inf: the string "inf")
-//   "error_if_nonfinite": false     as torch: throw (changing nothing) when the total norm is inf/nan
-//   "loss_scale": "dynamic" | S     grads arrive multiplied by S; dynamic = torch.cuda.amp.GradScaler
-//   "init_scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000
+//   "error_if_nonfinite": false     as torch: throw (changing nothing) when the total norm is
+//   inf/nan "loss_scale": "dynamic" | S     grads arrive multiplied by S; dynamic =
+//   torch.cuda.amp.GradScaler "init_scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+//   "growth_interval": 2000
 //                                   GradScaler's arguments (only with "loss_scale": "dynamic")
 //   "accumulation_steps": k         apply the update every k-th step() (optax MultiSteps)
 //   "accumulation": "mean" | "sum"  what the k micro-batch gradients become (default "mean")

@@ -32,7 +32,8 @@ Span span_of(const TensorRef& t, bool is_param, std::string who) {
 }
 
 void check_overlaps(std::vector<Span> spans) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
   const Span* last_param = nullptr;  // the param reaching furthest so far
   const Span* last_any = nullptr;    // the span of any kind reaching furthest so far
   for (const Span& s : spans) {
@@ -40,8 +41,8 @@ void check_overlaps(std::vector<Span> spans) {
       if (s.is_param && s.begin == last_param->begin && s.end == last_param->end)
         throw Error(s.who + ": the same param is also " + last_param->who +
                     " (some parameters appear in more than one parameter group)");
-      throw Error(s.who + ": " + (s.is_param ? "param" : "grad") + " memory overlaps the param of " +
-                  last_param->who);
+      throw Error(s.who + ": " + (s.is_param ? "param" : "grad") +
+                  " memory overlaps the param of " + last_param->who);
     }
     if (s.is_param && last_any && s.begin < last_any->end)
       throw Error(s.who + ": param memory overlaps the " + (last_any->is_param ? "param" : "grad") +

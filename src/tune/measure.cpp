@@ -26,9 +26,12 @@ double median(std::vector<double> v) {
 
 float fill_value(Role role) {
   switch (role) {
-    case Role::Param: return 0.5f;
-    case Role::Grad: return 1e-3f;
-    case Role::State: return 0.01f;
+    case Role::Param:
+      return 0.5f;
+    case Role::Grad:
+      return 1e-3f;
+    case Role::State:
+      return 0.01f;
   }
   return 0.0f;
 }
@@ -40,8 +43,9 @@ Workload::Workload(const KernelSignature& sig, int64_t n) {
   for (const auto& in : sig.inputs) {
     size_t bytes = (static_cast<size_t>(n) * dtype_size(in.dtype) + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, std::max<size_t>(bytes, 64));
-    if (!p) throw Error("tune: cannot allocate " + std::to_string(bytes) + " bytes for \"" +
-                        in.name + "\"");
+    if (!p)
+      throw Error("tune: cannot allocate " + std::to_string(bytes) + " bytes for \"" + in.name +
+                  "\"");
     buffers_.emplace_back(static_cast<char*>(p), std::free);
     if (in.dtype == DType::F32)
       std::fill_n(static_cast<float*>(p), n, fill_value(in.role));

@@ -1,7 +1,8 @@
 #pragma once
 // An independent double-precision reference for gradient centralization with SGD, Adam and AdamW,
-// written from the GC paper's code (Yong et al. 2020, github.com/Yonghongwei/Gradient-Centralization:
-// SGD_GC, Adam_GC, AdamW_GC) and MindSpore's grad_centralization, never from optfuse:
+// written from the GC paper's code (Yong et al. 2020,
+// github.com/Yonghongwei/Gradient-Centralization: SGD_GC, Adam_GC, AdamW_GC) and MindSpore's
+// grad_centralization, never from optfuse:
 //   d = maximize ? -grad : grad; L2 decay (SGD, Adam): d += weight_decay * p
 //   if the tensor has >= 2 dims: d -= mean of d over all dims but the first (per row)
 //   then the optimizer's usual update with d (AdamW: p *= 1 - lr * weight_decay first).
@@ -15,8 +16,8 @@ namespace optfuse::testing {
 struct GcConfig {
   std::string type = "sgd";  // "sgd", "adam" or "adamw"
   double lr = 1e-2;
-  double momentum = 0, dampening = 0;  // SGD
-  bool nesterov = false;               // SGD
+  double momentum = 0, dampening = 0;             // SGD
+  bool nesterov = false;                          // SGD
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam, AdamW
   double weight_decay = 0;
   bool maximize = false;

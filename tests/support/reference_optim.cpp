@@ -172,7 +172,8 @@ void adamax_element(const AdamaxConfig& c, int64_t t, Bounded* p, Bounded* m, Bo
 // Per-step host scalars of NAdam / RAdam (double), with NAdam's mu_product advanced.
 struct NadamRadamScalars {
   double bias_correction1, bias_correction2;
-  Bounded nadam_grad_step, nadam_exp_avg_step;  // lr(1-mu)/(1-mu_product), lr mu'/(1-mu_product mu')
+  Bounded nadam_grad_step,
+      nadam_exp_avg_step;  // lr(1-mu)/(1-mu_product), lr mu'/(1-mu_product mu')
   bool rectify;
   double rect;
 };
@@ -260,9 +261,15 @@ ReferenceOptimizer::ReferenceOptimizer(const AdamConfig& config, const std::vect
     : kind_(Kind::Adam), adam_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
 
 ReferenceOptimizer::ReferenceOptimizer(const AdagradConfig& config, const std::vector<float>& p0)
-    : kind_(Kind::Adagrad), adagrad_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
+    : kind_(Kind::Adagrad),
+      adagrad_(config),
+      param_(from_floats(p0)),
+      param_bound_(p0.size(), 0.0) {}
 ReferenceOptimizer::ReferenceOptimizer(const RmspropConfig& config, const std::vector<float>& p0)
-    : kind_(Kind::Rmsprop), rmsprop_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
+    : kind_(Kind::Rmsprop),
+      rmsprop_(config),
+      param_(from_floats(p0)),
+      param_bound_(p0.size(), 0.0) {}
 ReferenceOptimizer::ReferenceOptimizer(const AdamaxConfig& config, const std::vector<float>& p0)
     : kind_(Kind::Adamax), adamax_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
 ReferenceOptimizer::ReferenceOptimizer(const NadamRadamConfig& config, const std::vector<float>& p0)
@@ -303,7 +310,8 @@ void ReferenceOptimizer::step_other(const std::vector<float>& grad) {
     auto it = std::find(names.begin(), names.end(), name);
     return it == names.end() ? -1 : int(it - names.begin());
   };
-  const int sq = index_of("square_avg"), ga = index_of("grad_avg"), mb = index_of("momentum_buffer");
+  const int sq = index_of("square_avg"), ga = index_of("grad_avg"),
+            mb = index_of("momentum_buffer");
   NadamRadamScalars nr{};
   if (kind_ == Kind::NadamRadam) nr = nadam_radam_scalars(nr_, step_, &mu_product_);
   for (size_t i = 0; i < n; ++i) {
@@ -312,15 +320,24 @@ void ReferenceOptimizer::step_other(const std::vector<float>& grad) {
     for (size_t k = 0; k < names.size(); ++k) s[k] = {sv[k][i], se[k][i]};
     Bounded unused;
     switch (kind_) {
-      case Kind::Adagrad: adagrad_element(adagrad_, step_, &p, &s[0], grad[i]); break;
+      case Kind::Adagrad:
+        adagrad_element(adagrad_, step_, &p, &s[0], grad[i]);
+        break;
       case Kind::Rmsprop:
         rmsprop_element(rmsprop_, &p, &s[sq], ga >= 0 ? &s[ga] : &unused,
                         mb >= 0 ? &s[mb] : &unused, grad[i]);
         break;
-      case Kind::Adamax: adamax_element(adamax_, step_, &p, &s[0], &s[1], grad[i]); break;
-      case Kind::NadamRadam: nadam_radam_element(nr_, nr, &p, &s[0], &s[1], grad[i]); break;
-      case Kind::Lion: lion_element(lion_, &p, &s[0], grad[i]); break;
-      default: throw std::logic_error("reference: step_other on SGD/Adam");
+      case Kind::Adamax:
+        adamax_element(adamax_, step_, &p, &s[0], &s[1], grad[i]);
+        break;
+      case Kind::NadamRadam:
+        nadam_radam_element(nr_, nr, &p, &s[0], &s[1], grad[i]);
+        break;
+      case Kind::Lion:
+        lion_element(lion_, &p, &s[0], grad[i]);
+        break;
+      default:
+        throw std::logic_error("reference: step_other on SGD/Adam");
     }
     for (size_t k = 0; k < names.size(); ++k) sv[k][i] = s[k].v, se[k][i] = s[k].e;
     param_[i] = p.v;
@@ -380,17 +397,22 @@ void ReferenceOptimizer::step(const std::vector<float>& grad) {
 
 std::vector<std::string> ReferenceOptimizer::state_names() const {
   switch (kind_) {
-    case Kind::Adagrad: return {"sum"};
+    case Kind::Adagrad:
+      return {"sum"};
     case Kind::Rmsprop: {
       std::vector<std::string> names = {"square_avg"};
       if (rmsprop_.momentum > 0) names.push_back("momentum_buffer");
       if (rmsprop_.centered) names.push_back("grad_avg");
       return names;
     }
-    case Kind::Adamax: return {"exp_avg", "exp_inf"};
-    case Kind::NadamRadam: return {"exp_avg", "exp_avg_sq"};
-    case Kind::Lion: return {"exp_avg"};
-    default: break;
+    case Kind::Adamax:
+      return {"exp_avg", "exp_inf"};
+    case Kind::NadamRadam:
+      return {"exp_avg", "exp_avg_sq"};
+    case Kind::Lion:
+      return {"exp_avg"};
+    default:
+      break;
   }
   if (kind_ == Kind::Sgd) {
     if (sgd_.momentum == 0) return {};

@@ -101,7 +101,8 @@ Tensors run_kernel(const Kernel& k, const Tensors& tensors, const Scalars& scala
   k.run(call);
   if (results) {
     results->clear();
-    for (size_t i = 0; i < sig.results.size(); ++i) (*results)[sig.results[i].name] = result_values[i];
+    for (size_t i = 0; i < sig.results.size(); ++i)
+      (*results)[sig.results[i].name] = result_values[i];
   }
   Tensors result;
   for (size_t i = 0; i < sig.outputs.size(); ++i)

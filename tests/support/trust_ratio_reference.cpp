@@ -42,9 +42,8 @@ void LarsReference::step(const std::vector<float>& grad) {
   const size_t n = p_.size();
   std::vector<double> g(grad.begin(), grad.end());
   double pn = norm(p_), gn = norm(g);
-  local_lr_ = pn > 0 && gn > 0
-                  ? c_.trust_coefficient * pn / (gn + c_.weight_decay * pn + c_.eps)
-                  : 1.0;
+  local_lr_ =
+      pn > 0 && gn > 0 ? c_.trust_coefficient * pn / (gn + c_.weight_decay * pn + c_.eps) : 1.0;
   std::vector<double> d(n);
   for (size_t i = 0; i < n; ++i) d[i] = local_lr_ * (g[i] + c_.weight_decay * p_[i]);
   if (c_.momentum != 0) {
