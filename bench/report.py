@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the benchmark suites and writes a Markdown summary and a PNG plot of GB/s against size.
 
-    ~/.cache/optfuse/venv/bin/python bench/report.py [--build build] [--out bench/report]
+    ~/.cache/optfuse/venv/bin/python bench/report.py [--build build] [--out DIR]
         [--quick] [--min-time S] [--max-size N] [--python PY] [--no-torch] [--no-plot]
 
 Run it with the virtual environment's python (made by `bash scripts/python_setup.sh`: torch,

@@ -1,6 +1,6 @@
 // DiskCache: entries are whole files replaced atomically; every read is checked against the key,
-// the caller's signature, the entry's checksums and the object's own ELF header (cache/entry.h)
-// before a byte is returned.
+// the caller's signature, the entry's checksums and the object's own ELF header (src/cache/entry.h;
+// the object check comes from the engine, CacheOptions::check_object) before a byte is returned.
 #include <sys/stat.h>
 
 #include <algorithm>

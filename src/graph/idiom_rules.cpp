@@ -4,7 +4,7 @@
 // one to compute; all are exact in real arithmetic.
 //
 // "Uniform" below means the same for every element (scalars, constants and math on them); such
-// subexpressions become host scalars afterwards (hoist.cpp), computed in double.
+// subexpressions become host scalars afterwards (normalize.cpp), computed in double.
 #include "graph/idiom_rules.h"
 
 #include <string>

@@ -1,8 +1,9 @@
 #pragma once
 // The identity an ELF header gives an object (class, byte order, type, machine), and a check of
-// it, header-only and free of LLVM and Halide: the JIT (jit.cpp) and the cache (cache/entry.cpp)
-// check an object before ORC parses it, because ORC links an object built for another machine
-// without complaint and calling into it then crashes the process.
+// it, header-only and free of LLVM and Halide: the JIT (jit.cpp) and the cache
+// entries' object check (object_check.cpp) check an object before ORC parses it, because ORC links
+// an object built for another machine without complaint and calling into it then crashes the
+// process.
 #include <cstdint>
 #include <cstring>
 #include <string>

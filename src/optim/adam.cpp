@@ -7,7 +7,7 @@
 //   p -= lr / (1 - beta1^t) * (m / denom)
 // Everything that depends only on hyperparameters and t (1 - beta, bias corrections, the AdamW
 // decay factor) is computed here on the host in double and rounded once: computing 1 - beta2 in
-// fp32 inside the kernel alone costs ~1e-5 relative error against torch (DESIGN.md).
+// fp32 inside the kernel alone costs ~1e-5 relative error against torch (measured).
 // grad_centralization (MindSpore's option; Yong et al. 2020): for tensors with >= 2 dims, g -=
 // its mean over all dims but the first, after L2 weight decay (the GC paper's Adam_GC order).
 // Structure (compiled in): AMSGrad or not, GC or not; Adam vs AdamW is a different graph.

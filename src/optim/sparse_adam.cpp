@@ -6,7 +6,7 @@
 //   m' = m + (1 - beta1) (g - m)             v' = v + (1 - beta2) (g^2 - v)
 //   p -= lr sqrt(1 - beta2^t) / (1 - beta1^t) * m' / (sqrt(v') + eps)
 // The kernel is an ordinary dense kernel; Optimizer::step calls it once per run of consecutive
-// rows (sparse_step.cpp), so the cost is proportional to the rows touched.
+// rows (run_sparse, sparse_grad.h), so the cost is proportional to the rows touched.
 #include <cmath>
 
 #include "optfuse/error.h"

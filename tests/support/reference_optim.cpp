@@ -239,7 +239,7 @@ void nadam_radam_element(const NadamRadamConfig& c, const NadamRadamScalars& h, 
   }
 }
 
-// Lion, one element (lion-pytorch, lion_pytorch.py update_fn):
+// Lion, one element (lion-pytorch's update_fn):
 //   p = p * (1 - lr * wd);  update = sign(m * beta1 + (1 - beta1) * g);  p = p - lr * update
 //   m = m * beta2 + (1 - beta2) * g
 void lion_element(const LionConfig& c, Bounded* p, Bounded* m, float grad) {

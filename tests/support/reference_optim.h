@@ -20,7 +20,7 @@
 //     linear in a, and a naive op-by-op bound would grow as (1 + w)^t instead of decaying as
 //     (1 - w)^t, overstating Adam's exp_avg error ~50x after 20 steps.
 // So |x_f32 - x_ref| <= bound holds for an evaluation in exactly the reference's order; see
-// kEvaluationOrderSlack in compare.h for other orders.
+// kEvaluationOrderSlack in optim_util.h for other orders.
 #include <cstdint>
 #include <map>
 #include <string>
