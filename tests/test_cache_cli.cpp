@@ -22,22 +22,13 @@ const std::string kTinySpec = std::string(OPTFUSE_TEST_DATA_DIR) + "/specs/tiny.
 
 using Result = testing::CliResult;
 
-class CacheCli : public ::testing::Test {
+class CacheCli : public testing::CliTest {
  protected:
   void SetUp() override {
+    CliTest::SetUp();
     // Default schedules only: these tests compare keys with an engine that has no tuned ones.
     ::setenv("OPTFUSE_SCHEDULES", "none", 1);
-    dir_ = (fs::temp_directory_path() / ("optfuse-cli-" + std::to_string(::getpid()))).string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ + "/io");
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string cache() const { return dir_ + "/cache"; }
-  Result cli(const std::vector<std::string>& args) {
-    return testing::run_cli(args, dir_ + "/io/" + std::to_string(n_++));
-  }
-  std::string dir_;
-  int n_ = 0;
 };
 
 TEST_F(CacheCli, FourProcessesWarmOneDirectoryAtOnce) {
@@ -45,11 +36,11 @@ TEST_F(CacheCli, FourProcessesWarmOneDirectoryAtOnce) {
   for (int i = 0; i < 4; ++i)
     pids.push_back(
         testing::start_cli({"warmup", "--spec", kTinySpec, "--cache-dir", cache(), "--json"},
-                           dir_ + "/io/w" + std::to_string(i)));
+                           dir() + "/io/w" + std::to_string(i)));
   int64_t misses = 0, runtime_misses = 0;
   std::string key;
   for (int i = 0; i < 4; ++i) {
-    Result r = testing::finish_cli(pids[i], dir_ + "/io/w" + std::to_string(i));
+    Result r = testing::finish_cli(pids[i], dir() + "/io/w" + std::to_string(i));
     ASSERT_EQ(r.rc, 0) << r.err;
     EXPECT_THAT(r.err, HasSubstr("[3/3]"));  // progress
     nlohmann::json j = r.json();
@@ -145,7 +136,7 @@ TEST_F(CacheCli, OtherGpuApisAreReported) {
 }
 
 TEST_F(CacheCli, SpecErrorsNameTheFile) {
-  std::string bad = dir_ + "/bad.json";
+  std::string bad = dir() + "/bad.json";
   std::ofstream(bad) << R"({"optimizer": {"type": "sgd"}, "parameters": [
       {"name": "w", "shape": [2, 2], "dtype": "bfloat16"}]})";
   Result r = cli({"warmup", "--spec", bad, "--cache-dir", cache()});

@@ -24,43 +24,30 @@ using Result = testing::CliResult;
 
 const std::string kTinySpec = std::string(OPTFUSE_TEST_DATA_DIR) + "/specs/tiny.json";
 
-class Cli : public ::testing::Test {
+class Cli : public testing::CliTest {
  protected:
   void SetUp() override {
-    dir_ =
-        (fs::temp_directory_path() / ("optfuse-cli-traps-" + std::to_string(::getpid()))).string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ + "/io");
-    // Every schedules location this process's children look at is under dir_.
+    CliTest::SetUp();
+    // Every schedules location this process's children look at is under dir().
     ::unsetenv("OPTFUSE_SCHEDULES");
-    ::setenv("XDG_DATA_HOME", (dir_ + "/data").c_str(), 1);
+    ::setenv("XDG_DATA_HOME", (dir() + "/data").c_str(), 1);
   }
-  void TearDown() override {
-    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add);
-    fs::remove_all(dir_);
-  }
-  std::string cache() const { return dir_ + "/cache"; }
-  Result cli(const std::vector<std::string>& args) {
-    return testing::run_cli(args, dir_ + "/io/" + std::to_string(n_++));
-  }
-  std::string dir_;
-  int n_ = 0;
 };
 
 TEST_F(Cli, UsageErrorsExitTwoOnEveryCommand) {
   for (const auto& args : std::vector<std::vector<std::string>>{
-           {},                                            // no command
-           {"demo", "--steps", "zero"},                   // not a number
-           {"demo", "--no-such-flag"},                    // unknown option
-           {"demo", "--dtype", "f64"},                    // not among the choices
-           {"warmup"},                                    // --spec is required
-           {"warmup", "--spec", dir_ + "/missing.json"},  // no such file
-           {"cache"},                                     // a sub-command is required
-           {"cache", "ls", "--bogus"},                    //
-           {"explain"},                                   // neither --graph nor --spec
-           {"explain", "--graph", "a", "--spec", "b"},    //
-           {"tune"},                                      // nothing to tune
-           {"tune", "--budget", "-1", "--all"},           // out of range
+           {},                                             // no command
+           {"demo", "--steps", "zero"},                    // not a number
+           {"demo", "--no-such-flag"},                     // unknown option
+           {"demo", "--dtype", "f64"},                     // not among the choices
+           {"warmup"},                                     // --spec is required
+           {"warmup", "--spec", dir() + "/missing.json"},  // no such file
+           {"cache"},                                      // a sub-command is required
+           {"cache", "ls", "--bogus"},                     //
+           {"explain"},                                    // neither --graph nor --spec
+           {"explain", "--graph", "a", "--spec", "b"},     //
+           {"tune"},                                       // nothing to tune
+           {"tune", "--budget", "-1", "--all"},            // out of range
        }) {
     Result r = cli(args);
     std::string line;
@@ -141,7 +128,7 @@ TEST_F(Cli, TuneWritesWhereTheOtherCommandsRead) {
   Result tuned = cli({"tune", "--optimizer", "sgd", "--sizes", "4096", "--budget", "3", "--json"});
   ASSERT_EQ(tuned.rc, 0) << tuned.err;
   const std::string db = tuned.json()["db"];
-  EXPECT_EQ(db.rfind(dir_ + "/data/optfuse/schedules/", 0), 0u) << db;
+  EXPECT_EQ(db.rfind(dir() + "/data/optfuse/schedules/", 0), 0u) << db;
   EXPECT_TRUE(fs::is_regular_file(db)) << db;
 
   Result after = cli({"explain", "--spec", kTinySpec, "--json"});

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -44,6 +46,22 @@ CliResult finish_cli(pid_t pid, const std::string& prefix) {
   r.out = slurp(prefix + ".out");
   r.err = slurp(prefix + ".err");
   return r;
+}
+
+void CliTest::SetUp() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  dir_ = (std::filesystem::temp_directory_path() /
+          ("optfuse-cli-" + std::string(info->name()) + "-" + std::to_string(::getpid())))
+             .string();
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_ + "/io");
+}
+
+void CliTest::TearDown() {
+  std::error_code ec;
+  std::filesystem::permissions(dir_, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::add, ec);
+  std::filesystem::remove_all(dir_, ec);
 }
 
 }  // namespace optfuse::testing
