@@ -1,6 +1,13 @@
 #include "lower/prefetch.h"
 
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
 #include <algorithm>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,6 +125,38 @@ void add_prefetch_pass(Halide::Pipeline& p, const std::vector<std::string>& loop
   if ((distance_bytes <= 0 && l2_distance_bytes <= 0) || loops.empty()) return;
   p.add_custom_lowering_pass(new InjectLinePrefetches(
       loops, write_only_buffers, std::max(distance_bytes, 0), std::max(l2_distance_bytes, 0)));
+}
+
+// llvm.prefetch(address, rw, locality, cache type). Halide 14 emits locality 0 (prefetchnta).
+// Each prefetch whose address is computed from a kPrefetchL2Marker call gets locality 2,
+// which fills L2 and L3 but not L1 (prefetcht1 on x86); every other one gets 3, which keeps the
+// line in every level (prefetcht0). The marker calls become 0.
+void finish_prefetch_pass(llvm::Module& m) {
+  std::vector<llvm::CallInst*> markers;
+  if (llvm::Function* marker = m.getFunction(kPrefetchL2Marker))
+    for (llvm::User* u : marker->users())
+      if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) markers.push_back(call);
+  std::set<llvm::Value*> from_marker(markers.begin(), markers.end());
+  std::vector<llvm::Value*> work(markers.begin(), markers.end());
+  while (!work.empty()) {  // everything computed from a marker (address arithmetic)
+    llvm::Value* v = work.back();
+    work.pop_back();
+    for (llvm::User* u : v->users())
+      if (from_marker.insert(u).second) work.push_back(u);
+  }
+  for (llvm::Function& f : m) {
+    if (f.getIntrinsicID() != llvm::Intrinsic::prefetch) continue;
+    for (llvm::User* u : f.users())
+      if (auto* call = llvm::dyn_cast<llvm::CallInst>(u))
+        call->setArgOperand(2, llvm::ConstantInt::get(call->getArgOperand(2)->getType(),
+                                                      from_marker.count(call) ? 2 : 3));
+  }
+  for (llvm::CallInst* call : markers) {
+    call->replaceAllUsesWith(llvm::ConstantInt::get(call->getType(), 0));
+    call->eraseFromParent();
+  }
+  if (llvm::Function* marker = m.getFunction(kPrefetchL2Marker))
+    if (marker->use_empty()) marker->eraseFromParent();
 }
 
 }  // namespace optfuse::lower

@@ -15,17 +15,22 @@
 // Halide's own Func::prefetch does not serve: Halide 14 computes the prefetched box from the
 // guarded tail bounds (a run-time trip count per vector), steps its per-line loop in elements
 // where it means bytes (so it misses lines for 4-byte types), and emits prefetchnta, which
-// made the same loop twice as slow here. Hence this pass, plus kernel_object.cpp's rewrite of
-// the locality hint to "all cache levels".
+// made the same loop twice as slow here. Hence this pass, in two halves: add_prefetch_pass on the
+// Halide pipeline, and finish_prefetch_pass on the LLVM module Halide makes of it (the locality
+// hints), which src/jit/kernel_object.cpp runs before code generation.
 #include <Halide.h>
 
 #include <string>
 #include <vector>
 
+namespace llvm {
+class Module;
+}
+
 namespace optfuse::lower {
 
 // A pure function of no arguments that returns 0, added to the offset of each L2 prefetch so that
-// jit/kernel_object.cpp can tell those from the others (and replace the calls by 0).
+// finish_prefetch_pass can tell those from the others (and replace the calls by 0).
 inline constexpr const char* kPrefetchL2Marker = "optfuse_prefetch_l2_marker";
 
 // Adds to `p` a lowering pass that, inside every loop whose name contains one of `loops` (the
@@ -39,5 +44,10 @@ inline constexpr const char* kPrefetchL2Marker = "optfuse_prefetch_l2_marker";
 void add_prefetch_pass(Halide::Pipeline& p, const std::vector<std::string>& loops,
                        const std::vector<std::string>& write_only_buffers, int distance_bytes,
                        int l2_distance_bytes);
+
+// The pass's LLVM half: Halide 14 emits llvm.prefetch with locality 0 (prefetchnta). Each
+// prefetch computed from a kPrefetchL2Marker call gets locality 2 (prefetcht1: L2 and L3, not
+// L1), every other one 3 (prefetcht0: every level); the marker calls become 0.
+void finish_prefetch_pass(llvm::Module& m);
 
 }  // namespace optfuse::lower

@@ -1,7 +1,7 @@
 #pragma once
 // One engine per test process: the Halide runtime is compiled once (~0.8 s) and every structure
 // compiles once, however many tests use it. Its kernels go to the disk cache CTest points
-// $OPTFUSE_CACHE_DIR at (tests/CMakeLists.txt), so the next test process loads them.
+// $OPTFUSE_CACHE_DIR at (tests/CMakeLists.txt), so the run's other test processes load them.
 #include "optfuse/engine.h"
 
 namespace optfuse::testing {
