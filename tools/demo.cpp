@@ -292,11 +292,12 @@ int run_demo(const DemoOptions& o) {
     limit_times.push_back(probe.timed_pass());
     // A step faster than the limit pass (noise, or a pass that ran while the machine was busy)
     // counts as at the limit: a share never reads as more than the machine can do.
-    beat_limit += times.back() < limit_times.back();
-    limit_times.back() = std::min(limit_times.back(), times.back());
+    const double pass = limit_times.back();
+    beat_limit += times.back() < pass;
+    limit_times.back() = std::min(pass, times.back());
     shares.push_back(limit_times.back() / times.back());
     log(o, "step %d/%d: %.1f ms (limit pass %.1f ms)\n", s + 1, o.steps, times.back() * 1e3,
-        limit_times.back() * 1e3);
+        pass * 1e3);
   }
   double step_s = median(times);
   double bytes = static_cast<double>(opt->bytes_per_step());
