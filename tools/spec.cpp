@@ -134,9 +134,11 @@ std::vector<SpecKernel> spec_kernels(const ModelSpec& spec, const GroupGraph& gg
                                      const Engine& engine) {
   std::vector<SpecKernel> out;
   std::map<std::string, size_t> index;
+  std::map<int64_t, std::string> key_of_size;  // a model repeats few sizes over many tensors
   for (size_t pi : gg.params) {
     const int64_t n = engine.tuned_schedules() ? spec.params[pi].numel : 0;
-    const std::string key = n ? engine.kernel_key(gg.graph, n) : engine.kernel_key(gg.graph);
+    std::string& key = key_of_size[n];
+    if (key.empty()) key = n ? engine.kernel_key(gg.graph, n) : engine.kernel_key(gg.graph);
     auto [it, fresh] = index.emplace(key, out.size());
     if (fresh) out.push_back({key, n, {}});
     out[it->second].params.push_back(pi);

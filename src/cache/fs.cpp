@@ -45,6 +45,11 @@ class Fd {
 
 }  // namespace
 
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 bool make_dirs(const std::string& dir, std::string* error) {
   std::error_code ec;
   fs::create_directories(dir, ec);

@@ -19,6 +19,8 @@ bool atomic_write(const std::string& path, const std::vector<char>& bytes, std::
 // user (root excepted), or writable by everyone. (Group-writable is allowed: with per-user
 // groups and umask 002 every directory is.)
 std::string untrusted_directory(const std::string& dir);
+// Whether `path` names a directory (following symlinks); false when it cannot be stat'ed.
+bool is_directory(const std::string& path);
 // Sets the file's modification time to now (the LRU clock); errors are ignored.
 void touch(const std::string& path);
 

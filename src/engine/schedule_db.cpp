@@ -1,6 +1,5 @@
 // The schedule database file (format in include/optfuse/schedules.h): parse with every field
 // checked, a deterministic text, nearest-size lookup.
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -66,11 +65,6 @@ Schedule schedule_from(const json& j, const std::string& where) {
       s.prefetch > (1 << 16) || s.prefetch_l2 < 0 || s.prefetch_l2 > (1 << 20))
     throw Error(where + ": schedule " + j.dump() + " has a value out of range");
   return s;
-}
-
-bool is_directory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 bool entry_less(const TunedSchedule& a, const TunedSchedule& b) {
@@ -197,7 +191,7 @@ int schedule_target_distance(const std::string& a, const std::string& b) {
 
 std::string schedule_db_file(const std::string& path, const std::string& resolved_target) {
   if (path.empty()) return "";
-  if (!is_directory(path)) return path;
+  if (!cache::is_directory(path)) return path;
   const std::string dir = path + (path.back() == '/' ? "" : "/");
   std::string best;
   int best_distance = -1;

@@ -2,13 +2,13 @@
 // reader and for `optfuse tune`, and no source path compiled in: the shipped databases are found
 // from the file this code was loaded from.
 #include <dlfcn.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "cache/fs.h"
 #include "optfuse/error.h"
 #include "optfuse/schedules.h"
 
@@ -22,11 +22,6 @@ namespace {
 std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
-}
-
-bool is_dir(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 std::string parent(const std::string& path) {
@@ -66,7 +61,7 @@ std::string shipped_schedule_dir() {
   if (dir.empty()) return "";
   for (const std::string& data :
        {dir + "/share", dir + "/../share", dir + "/" OPTFUSE_LIBDIR_TO_DATADIR}) {
-    if (is_dir(data + "/optfuse/schedules")) return data + "/optfuse/schedules";
+    if (cache::is_directory(data + "/optfuse/schedules")) return data + "/optfuse/schedules";
   }
   return "";
 }
@@ -75,7 +70,7 @@ std::string resolve_schedule_db(const std::string& flag, const std::string& reso
   const std::string named = flag.empty() ? env("OPTFUSE_SCHEDULES") : flag;
   if (named == "none") return "";
   if (!named.empty()) return schedule_db_file(named, resolved_target);
-  if (std::string user = user_schedule_dir(); !user.empty() && is_dir(user)) {
+  if (std::string user = user_schedule_dir(); !user.empty() && cache::is_directory(user)) {
     if (std::string file = schedule_db_file(user, resolved_target); !file.empty()) return file;
   }
   return schedule_db_file(shipped_schedule_dir(), resolved_target);
@@ -88,8 +83,9 @@ std::string schedule_db_destination(const std::string& flag, const std::string& 
                 std::string(flag.empty() ? "$OPTFUSE_SCHEDULES" : "--schedules") +
                 "): nowhere to write; give --schedules FILE or DIR, or --no-write");
   if (!named.empty())
-    return is_dir(named) ? named + (named.back() == '/' ? "" : "/") + resolved_target + ".json"
-                         : named;
+    return cache::is_directory(named)
+               ? named + (named.back() == '/' ? "" : "/") + resolved_target + ".json"
+               : named;
   const std::string user = user_schedule_dir();
   if (user.empty())
     throw Error(
