@@ -64,6 +64,11 @@ struct KernelCall {
   // allocations live in). The launch is asynchronous on `cuda_stream`: synchronize that stream
   // before reading results. Untested on a GPU so far (no device in CI).
   bool device = false;
+  // Run as one task on the calling thread, never entering the engine's thread pool, with the
+  // software prefetches of a parallel task: for callers that spread many calls (or slices of one
+  // tensor) over threads themselves, as Optimizer::step does. Ignored by CUDA kernels and by
+  // kernels with whole-tensor reductions (signature.reduces: they run as usual).
+  bool serial = false;
   // CUDA kernels only: the CUstream to launch on (e.g. torch.cuda.current_stream().cuda_stream);
   // null = the context's default stream.
   void* cuda_stream = nullptr;

@@ -26,9 +26,10 @@
 // (cols,) results..., outputs...] (results first: see lower.cpp). Halide always appends output
 // buffers after the explicit arguments; `chunk` is the runtime task size in elements (a multiple of
 // the vector width), computed per call; chunk == 0 marks an empty call that only computes results
-// (its tensors are one-element stand-ins, and reductions see zero elements). `cols` (int32) exists
-// only for per-row graphs. `chunk` is CPU-only, but GPU kernels take it too (and ignore it), so
-// every target has the same argv layout.
+// (its tensors are one-element stand-ins, and reductions see zero elements), and chunk < 0 a call
+// of a flat graph without reductions that runs as one prefetching task on the calling thread.
+// `cols` (int32) exists only for per-row graphs. `chunk` is CPU-only, but GPU kernels take it too
+// (and ignore it), so every target has the same argv layout.
 #include <Halide.h>
 
 #include <vector>

@@ -34,6 +34,14 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   // (whose job queue costs about a microsecond and serializes concurrent callers): what lets
   // step() spread many small tensors over all cores.
   Halide::Expr extent = f.out.output_buffers()[0].dim(0).extent();
+  // chunk < 0: one task on the calling thread that streams from memory, for callers that run
+  // many such calls in parallel themselves (KernelCall::serial: Optimizer::step's one round over
+  // (tensor, chunk) pairs). Its outer loop has a name of its own, so that of the single-task
+  // loops it alone gets the parallel tasks' prefetches; its vector Var is theirs (`load` is
+  // computed at it).
+  Halide::Var xso("xso");
+  Halide::Stage streaming = f.out.specialize(f.chunk < 0);
+  streaming.split(f.x, xso, xv, s.vector_width, TailStrategy::GuardWithIf).vectorize(xv);
   Halide::Stage single = f.out.specialize(extent <= f.chunk);
   single.split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf).vectorize(xv);
   f.out.split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
@@ -46,14 +54,19 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   if (s.unroll > 1) {
     Halide::Var xu("xu"), xs("xs");
     single.split(xvo, xs, xu, s.unroll, TailStrategy::GuardWithIf).unroll(xu);
+    Halide::Var xsu("xsu"), xss("xss");
+    streaming.split(xso, xss, xsu, s.unroll, TailStrategy::GuardWithIf).unroll(xsu);
     f.out.split(xi, xs, xu, s.unroll, TailStrategy::GuardWithIf).unroll(xu);
   }
   // All inputs of a vector are loaded before any output of it is stored: in place is safe by
   // construction rather than by LLVM's alias analysis.
   if (f.load.defined()) f.load.compute_at(f.out, xv);
-  // The parallel tasks stream from memory; a call that fits one task is mostly cache-resident
-  // (and per-call overhead matters there), so the single-task loop gets no prefetches.
-  if (s.prefetch > 0 || s.prefetch_l2 > 0) f.prefetch_loops.push_back("." + xi.name());
+  // The parallel and streaming tasks read from memory; a call that fits one task is mostly
+  // cache-resident (and per-call overhead matters there), so its loop gets no prefetches.
+  if (s.prefetch > 0 || s.prefetch_l2 > 0) {
+    f.prefetch_loops.push_back("." + xi.name());
+    f.prefetch_loops.push_back("." + xso.name());
+  }
 }
 
 void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {

@@ -13,6 +13,7 @@
 #include "optim/optimizer_impl.h"
 #include "optim/options.h"
 #include "optim/state_buffers.h"
+#include "optim/step_round.h"
 #include "optim/tensor_checks.h"
 
 namespace optfuse {
@@ -122,122 +123,10 @@ void bind_state(Impl::Tensor& t, const Impl::Group& g) {
   t.epoch = g.epoch;
 }
 
-void* input_pointer(const Impl::Tensor& t, const KernelSignature::TensorArg& arg, size_t i) {
-  switch (arg.role) {
-    case Role::Param:
-      return t.ref.param.data;
-    case Role::Grad:
-      return t.ref.grad.data;
-    case Role::State:
-      return t.inputs[i];
-  }
-  internal_error("bad role");
-}
-
-// This step's scalars for `t`, in signature order; advances t's step and host state.
-const std::vector<double>& step_scalars(const Impl& impl, const Impl::Group& g,
-                                        Impl::Group::Lane& lane, Impl::Tensor& t,
-                                        bool created_now) {
-  Impl::Group::Lane::ScalarMemo& memo = lane.memo;
-  if (!t.bound_scalars.empty()) optim::load_bound_scalars(t);
-  int64_t step = ++t.step;
-  if (memo.valid && memo.step == step && memo.created_now == created_now &&
-      memo.host_before == t.host) {
-    t.host = memo.host_after;
-    if (!t.bound_scalars.empty()) optim::store_bound_scalars(t);
-    return memo.values;
-  }
-  memo.valid = false;
-  memo.host_before = t.host;
-  std::map<std::string, double> values;
-  impl.rule->scalars(g.options, optim::TensorStep{step, created_now, &t.host}, &values);
-  values[optim::kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
-  values[optim::kRoundingKey] = 0;                      // per tensor: run_tensor sets it
-  memo.values.clear();
-  for (const auto& s : g.kernel->signature().scalars) {
-    auto it = values.find(s.name);
-    if (it == values.end()) internal_error("rule gave no value for scalar '" + s.name + "'");
-    memo.values.push_back(it->second);
-  }
-  memo.step = step;
-  memo.created_now = created_now;
-  memo.host_after = t.host;
-  memo.valid = true;
-  if (!t.bound_scalars.empty()) optim::store_bound_scalars(t);
-  return memo.values;
-}
-
-void run_tensor(const Impl& impl, const Impl::Group& g, Impl::Group::Lane& lane, Impl::Tensor& t,
-                bool created_now) {
-  KernelCall& call = lane.call;
-  call.scalars = step_scalars(impl, g, lane, t, created_now);
-  if (g.key_slot >= 0)
-    call.scalars[static_cast<size_t>(g.key_slot)] =
-        optim::rounding_key(g.options.at("rounding_seed").get<uint64_t>(), t.step, t.stream);
-  call.n = t.ref.param.numel;
-  if (t.epoch != g.epoch) internal_error("a tensor's state is not bound to its group's kernel");
-  const KernelSignature& sig = g.kernel->signature();
-  call.inputs.resize(sig.inputs.size());
-  for (size_t i = 0; i < sig.inputs.size(); ++i)
-    call.inputs[i] = input_pointer(t, sig.inputs[i], i);
-  call.outputs.resize(g.output_input.size());
-  for (size_t i = 0; i < g.output_input.size(); ++i)
-    call.outputs[i] = call.inputs[g.output_input[i]];
-  // (Only a per-row kernel reads cols: the option lookup stays out of the per-tensor path.)
-  call.cols = t.kernel->signature().per_row ? t.gc_cols(g.options) : 0;
-  call.device = impl.memory == Memory::Cuda;
-  call.cuda_stream = impl.cuda_stream;
-  if (t.sparse.set) {  // only the touched rows, one call per run of consecutive rows
-    const std::vector<void*> base = call.inputs;
-    return optim::run_sparse(*t.kernel, g.output_input, call, base, t.sparse);
-  }
-  t.kernel->run(call);
-}
-
 std::string no_dense_grads(const std::string& type) {
   return type + " does not support dense gradients, please consider Adam instead (give " +
          "row-sparse gradients with Optimizer::set_sparse_grad; the ParamRef's grad data stays " +
          "null)";
-}
-
-// Every group's kernel calls. Tensors small enough to be a single task each are spread over all
-// threads in ONE round for all groups (contiguous shares; each thread has its own lane in each
-// group): a round per group would wake the workers once per group, which made a model of 100
-// groups of 10 small tensors 20 times slower than one group of 1000. The others run one after
-// another on the caller, each parallel inside its kernel. Device tensors are all launched from
-// the caller, in order, on the step's stream (a launch is asynchronous: more threads would not
-// help). Tensors are independent, so the order changes no result.
-void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
-  const int threads = impl.memory == Memory::Cuda ? 1 : impl.engine->num_threads();
-  auto created_now = [&](const Impl::Tensor& t) {
-    return std::binary_search(created.begin(), created.end(), &t);
-  };
-  std::vector<std::pair<Impl::Group*, Impl::Tensor*>> small;
-  for (auto& g : impl.groups) {
-    g.lanes.resize(static_cast<size_t>(threads));
-    for (auto& lane : g.lanes) lane.memo.valid = false;
-    for (auto& t : g.tensors) {
-      if (t.ref.param.numel <= t.kernel->schedule().min_task)  // runs as one task: spread them
-        small.emplace_back(&g, &t);
-      else
-        run_tensor(impl, g, g.lanes[0], t, created_now(t));
-    }
-  }
-  auto run_share = [&](size_t begin, size_t end, size_t lane) {
-    for (size_t i = begin; i < end; ++i) {
-      auto [g, t] = small[i];
-      run_tensor(impl, *g, g->lanes[lane], *t, created_now(*t));
-    }
-  };
-  if (threads < 2 || small.size() < 4 * static_cast<size_t>(threads))
-    return run_share(0, small.size(), 0);
-  if (!impl.pool || impl.pool->threads() != threads)
-    impl.pool = std::make_unique<optim::WorkerPool>(threads);
-  impl.pool->run([&](int k) {
-    const size_t n = small.size(), parts = static_cast<size_t>(threads);
-    const size_t part = static_cast<size_t>(k);
-    run_share(n * part / parts, n * (part + 1) / parts, part);
-  });
 }
 
 }  // namespace
@@ -454,10 +343,10 @@ static void update(Impl& impl) {
     for (auto& t : g.tensors)
       for (const auto& [name, value] : initial_host) t.host.emplace(name, value);
 
-  // Phase 3: one fused kernel call per tensor.
+  // Phase 3: one fused kernel call per tensor, in slices (step_round.h).
   std::sort(created.begin(), created.end());
   created.erase(std::unique(created.begin(), created.end()), created.end());
-  run_groups(*impl_, created);
+  optim::run_groups(*impl_, created);
   for (auto& g : impl_->groups)
     for (auto& t : g.tensors) t.bound_fresh = false;
 }

@@ -1,5 +1,6 @@
 #pragma once
-// Optimizer internals shared by optimizer.cpp (groups, step) and state_io.cpp (save/load).
+// Optimizer internals shared by optimizer.cpp (groups, step), step_round.cpp (the step's kernel
+// calls) and state_io.cpp (save/load).
 #include <map>
 #include <memory>
 #include <string>
@@ -60,20 +61,16 @@ struct Optimizer::Impl {
     int key_slot = -1;                 // scalar position of round_sr's key; -1 if none
     uint64_t epoch = 0;                // advanced at each such resolution (see Tensor::epoch)
 
-    // Scratch for step(), one lane per thread: tensors of a group nearly always share their step
-    // and host state, so the scalars (and the host state they lead to) are computed once and
-    // reused while equal; the call is reused so that no kernel call allocates.
-    struct Lane {
-      struct ScalarMemo {
-        bool valid = false;
-        int64_t step = 0;
-        bool created_now = false;
-        optim::HostState host_before, host_after;
-        std::vector<double> values;  // in kernel signature order
-      } memo;
-      KernelCall call;
-    };
-    std::vector<Lane> lanes;
+    // step()'s scalars (step_round.cpp): tensors of a group nearly always share their step and
+    // host state, so the scalars (and the host state they lead to) are computed once and reused
+    // while equal.
+    struct ScalarMemo {
+      bool valid = false;
+      int64_t step = 0;
+      bool created_now = false;
+      optim::HostState host_before, host_after;
+      std::vector<double> values;  // in kernel signature order
+    } memo;
   };
 
   Engine* engine = nullptr;
@@ -88,6 +85,24 @@ struct Optimizer::Impl {
   optim::ParamIndex params;  // every group's params by address, for set_grad's overlap check
   std::unique_ptr<optim::WorkerPool> pool;  // for small tensors; made at the first step needing it
   optim::StepControl control;               // clipping, loss scaling, accumulation (step_control.h)
+  // Scratch for step()'s round of kernel calls (step_round.h), kept so that a step allocates
+  // nothing: each tensor's whole call, the slices they are cut into, the runs of slices a thread
+  // claims at a time (start indices, then the end), and each thread's call for its slice.
+  struct Round {
+    struct Call {
+      const Kernel* kernel = nullptr;
+      KernelCall call;
+    };
+    struct Slice {
+      uint32_t call;  // index into calls
+      int64_t begin, n;
+      bool serial;  // KernelCall::serial
+    };
+    std::vector<Call> calls;
+    std::vector<Slice> slices;
+    std::vector<size_t> claims;
+    std::vector<KernelCall> lanes;
+  } round;
 
   static std::string where(size_t group) { return "param group " + std::to_string(group); }
   static std::string where(size_t group, size_t index, const ParamRef& ref);

@@ -22,8 +22,8 @@ GradPrologue StepControl::prologue() const {
 
 namespace {
 
-// The optimizer's pool when `small` single-task tensors are worth spreading over the threads (as
-// run_groups in optimizer.cpp decides), else null: no threads are started for nothing.
+// The optimizer's pool when `small` single-task tensors are worth spreading over the threads, else
+// null: no threads are started for nothing.
 WorkerPool* pool_for(Impl& impl, size_t small) {
   const int threads = impl.engine->num_threads();
   if (threads < 2 || small < 4 * static_cast<size_t>(threads)) return nullptr;

@@ -1,0 +1,211 @@
+#include "optim/step_round.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "optfuse/error.h"
+#include "optim/precision.h"
+#include "optim/sparse_grad.h"
+
+namespace optfuse::optim {
+namespace {
+
+using Impl = Optimizer::Impl;
+
+// Elements per slice of a large tensor whose schedule fixes no task size: large enough that the
+// start of a slice (before its prefetches run ahead) costs about 1%, small enough that the
+// round's last slices still balance the threads.
+constexpr int64_t kSliceElems = int64_t(1) << 17;
+// A thread claims consecutive slices of at least this many elements at a time: one atomic
+// increment per claim, not per 1K-element tensor.
+constexpr int64_t kClaimElems = 16384;
+
+void* input_pointer(const Impl::Tensor& t, const KernelSignature::TensorArg& arg, size_t i) {
+  switch (arg.role) {
+    case Role::Param:
+      return t.ref.param.data;
+    case Role::Grad:
+      return t.ref.grad.data;
+    case Role::State:
+      return t.inputs[i];
+  }
+  internal_error("bad role");
+}
+
+// This step's scalars for `t`, in signature order; advances t's step and host state. Tensors of
+// a group nearly always share their step and host state, so the values are computed once and
+// reused while those are equal (the group's memo).
+const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::Tensor& t,
+                                        bool created_now) {
+  Impl::Group::ScalarMemo& memo = g.memo;
+  if (!t.bound_scalars.empty()) load_bound_scalars(t);
+  int64_t step = ++t.step;
+  if (memo.valid && memo.step == step && memo.created_now == created_now &&
+      memo.host_before == t.host) {
+    t.host = memo.host_after;
+    if (!t.bound_scalars.empty()) store_bound_scalars(t);
+    return memo.values;
+  }
+  memo.valid = false;
+  memo.host_before = t.host;
+  std::map<std::string, double> values;
+  impl.rule->scalars(g.options, TensorStep{step, created_now, &t.host}, &values);
+  values[kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
+  values[kRoundingKey] = 0;                      // per tensor: prepare_call sets it
+  memo.values.clear();
+  for (const auto& s : g.kernel->signature().scalars) {
+    auto it = values.find(s.name);
+    if (it == values.end()) internal_error("rule gave no value for scalar '" + s.name + "'");
+    memo.values.push_back(it->second);
+  }
+  memo.step = step;
+  memo.created_now = created_now;
+  memo.host_after = t.host;
+  memo.valid = true;
+  if (!t.bound_scalars.empty()) store_bound_scalars(t);
+  return memo.values;
+}
+
+// `t`'s whole call for this step in `call` (reusing its vectors: no allocation once warm).
+void prepare_call(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool created_now,
+                  KernelCall& call) {
+  call.scalars = step_scalars(impl, g, t, created_now);
+  if (g.key_slot >= 0)
+    call.scalars[static_cast<size_t>(g.key_slot)] =
+        rounding_key(g.options.at("rounding_seed").get<uint64_t>(), t.step, t.stream);
+  call.n = t.ref.param.numel;
+  if (t.epoch != g.epoch) internal_error("a tensor's state is not bound to its group's kernel");
+  const KernelSignature& sig = g.kernel->signature();
+  call.inputs.resize(sig.inputs.size());
+  for (size_t i = 0; i < sig.inputs.size(); ++i)
+    call.inputs[i] = input_pointer(t, sig.inputs[i], i);
+  call.outputs.resize(g.output_input.size());
+  for (size_t i = 0; i < g.output_input.size(); ++i)
+    call.outputs[i] = call.inputs[g.output_input[i]];
+  // (Only a per-row kernel reads cols: the option lookup stays out of the per-tensor path.)
+  call.cols = t.kernel->signature().per_row ? t.gc_cols(g.options) : 0;
+  call.device = impl.memory == Memory::Cuda;
+  call.cuda_stream = impl.cuda_stream;
+  call.serial = false;
+}
+
+// Whether `t`'s call may run as slices in the round: host memory, a dense gradient, and a
+// kernel whose elements do not depend on where the call starts (no whole-tensor reduction, no
+// stochastic rounding, which draws its bits by element index).
+bool sliceable(const Impl& impl, const Impl::Group& g, const Impl::Tensor& t) {
+  return impl.memory == Memory::Host && !t.sparse.set && g.key_slot < 0 &&
+         !t.kernel->signature().reduces;
+}
+
+// Appends `t`'s slices (its call is round.calls[call]): one for a tensor that fits a single task,
+// else near-equal slices of whole vectors (whole rows for a per-row kernel), each run serially
+// with prefetches (KernelCall::serial).
+void add_slices(Impl::Round& round, uint32_t call, const Impl::Tensor& t, int64_t cols) {
+  const Schedule& s = t.kernel->schedule();
+  const int64_t n = t.ref.param.numel;
+  if (n <= s.min_task) {
+    round.slices.push_back({call, 0, n, false});
+    return;
+  }
+  const int64_t unit =
+      cols > 0 ? cols : int64_t(std::max(s.vector_width, 1)) * std::max(s.unroll, 1);
+  const int64_t target = std::max(s.task_elems > 0 ? s.task_elems : kSliceElems, s.min_task);
+  const int64_t count = std::max<int64_t>(1, (n + target - 1) / target);
+  int64_t per = (n + count - 1) / count;
+  per = (per + unit - 1) / unit * unit;
+  for (int64_t begin = 0; begin < n; begin += per)
+    round.slices.push_back({call, begin, std::min(per, n - begin), true});
+}
+
+// Runs one slice with `lane` as the call: the tensor's call with every pointer moved to the
+// slice's first element.
+void run_slice(const Impl::Round& round, const Impl::Round::Slice& slice, KernelCall& lane) {
+  const Impl::Round::Call& c = round.calls[slice.call];
+  const KernelSignature& sig = c.kernel->signature();
+  auto at = [&](void* p, DType t) {
+    return static_cast<void*>(static_cast<char*>(p) +
+                              slice.begin * static_cast<int64_t>(dtype_size(t)));
+  };
+  lane.scalars = c.call.scalars;
+  lane.inputs.resize(c.call.inputs.size());
+  for (size_t i = 0; i < lane.inputs.size(); ++i)
+    lane.inputs[i] = at(c.call.inputs[i], sig.inputs[i].dtype);
+  lane.outputs.resize(c.call.outputs.size());
+  for (size_t i = 0; i < lane.outputs.size(); ++i)
+    lane.outputs[i] = at(c.call.outputs[i], sig.outputs[i].dtype);
+  lane.n = slice.n;
+  lane.cols = c.call.cols;
+  lane.serial = slice.serial;
+  c.kernel->run(lane);
+}
+
+}  // namespace
+
+// Tensors on the device launch in order from the caller, on the step's stream (a launch is
+// asynchronous: more threads would not help). On the host, every tensor's call is cut into
+// slices and ALL slices of the step, of every group, run in one round of the worker pool: a
+// thread claims the next few slices until none are left. Per-tensor parallel calls instead each
+// woke the threads and waited for the slowest at the end (a barrier per tensor), and a round
+// per group made 100 groups of 10 small tensors 20 times slower than one group of 1000. Calls
+// that cannot be sliced (sparse gradients, whole-tensor reductions, stochastic rounding) and are
+// larger than one task run first, each parallel inside its kernel. Tensors are independent, so
+// the order changes no result.
+void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
+  const bool device = impl.memory == Memory::Cuda;
+  const int threads = device ? 1 : impl.engine->num_threads();
+  auto created_now = [&](const Impl::Tensor& t) {
+    return std::binary_search(created.begin(), created.end(), &t);
+  };
+  Impl::Round& round = impl.round;
+  round.lanes.resize(static_cast<size_t>(std::max(threads, 1)));
+  round.slices.clear();
+  size_t calls = 0;
+  for (auto& g : impl.groups) {
+    g.memo.valid = false;
+    for (auto& t : g.tensors) {
+      const bool small = t.ref.param.numel <= t.kernel->schedule().min_task;
+      if (device || t.sparse.set || (!small && !sliceable(impl, g, t))) {
+        KernelCall& call = round.lanes[0];
+        prepare_call(impl, g, t, created_now(t), call);
+        if (t.sparse.set) {  // only the touched rows, one call per run of consecutive rows
+          const std::vector<void*> base = call.inputs;
+          run_sparse(*t.kernel, g.output_input, call, base, t.sparse);
+        } else {
+          t.kernel->run(call);
+        }
+        continue;
+      }
+      if (round.calls.size() <= calls) round.calls.resize(calls + 1);
+      Impl::Round::Call& c = round.calls[calls];
+      c.kernel = t.kernel.get();
+      prepare_call(impl, g, t, created_now(t), c.call);
+      add_slices(round, static_cast<uint32_t>(calls), t, c.call.cols);
+      ++calls;
+    }
+  }
+  // Claims: runs of consecutive slices of at least kClaimElems elements.
+  round.claims.clear();
+  int64_t pending = 0;
+  for (size_t i = 0; i < round.slices.size(); ++i) {
+    if (pending == 0) round.claims.push_back(i);
+    pending += std::max<int64_t>(round.slices[i].n, 1);
+    if (pending >= kClaimElems) pending = 0;
+  }
+  round.claims.push_back(round.slices.size());
+  const size_t claims = round.claims.size() - 1;
+  auto run_claims = [&](KernelCall& lane, std::atomic<size_t>& next) {
+    for (size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < claims;)
+      for (size_t i = round.claims[c]; i < round.claims[c + 1]; ++i)
+        run_slice(round, round.slices[i], lane);
+  };
+  std::atomic<size_t> next{0};
+  if (threads < 2 || claims < 2) return run_claims(round.lanes[0], next);
+  if (!impl.pool || impl.pool->threads() != threads)
+    impl.pool = std::make_unique<WorkerPool>(threads);
+  impl.pool->run([&](int k) { run_claims(round.lanes[static_cast<size_t>(k)], next); });
+}
+
+}  // namespace optfuse::optim
