@@ -39,6 +39,15 @@ struct Optimizer::Impl {
       if (ref.param.shape.size() < 2 || !options.value("grad_centralization", false)) return 0;
       return ref.param.numel / ref.param.shape[0];
     }
+    // The row length a per-row kernel reads (KernelCall::cols): a row is everything but the
+    // first dim, numel / shape[0], as gradient centralization and a custom graph's row_* ops
+    // (docs/graph-json.md) mean it; a tensor of fewer than 2 dims is one row.
+    int64_t row_cols() const {
+      const auto& shape = ref.param.shape;
+      const int64_t cols =
+          shape.size() < 2 || shape[0] <= 0 ? ref.param.numel : ref.param.numel / shape[0];
+      return cols > 0 ? cols : 1;
+    }
     // The kernel this tensor runs: the group's graph (gradient-centralized where GC applies)
     // with the group's schedule, or the tuned one for its size. Same arguments as Group::kernel.
     std::shared_ptr<const Kernel> kernel;

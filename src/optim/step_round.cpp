@@ -85,8 +85,9 @@ void prepare_call(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool create
   call.outputs.resize(g.output_input.size());
   for (size_t i = 0; i < g.output_input.size(); ++i)
     call.outputs[i] = call.inputs[g.output_input[i]];
-  // (Only a per-row kernel reads cols: the option lookup stays out of the per-tensor path.)
-  call.cols = t.kernel->signature().per_row ? t.gc_cols(g.options) : 0;
+  // Only a per-row kernel reads cols: a gradient-centralized graph (only on >= 2 dims, where
+  // its rows are row_cols()) or a custom graph with row_* ops.
+  call.cols = t.kernel->signature().per_row ? t.row_cols() : 0;
   call.device = impl.memory == Memory::Cuda;
   call.cuda_stream = impl.cuda_stream;
   call.serial = false;
