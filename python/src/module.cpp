@@ -20,8 +20,11 @@
 
 #include "optfuse/cache.h"
 #include "optfuse/error.h"
+#include "optfuse/graph.h"
+#include "optfuse/idioms.h"
 #include "optfuse/optim.h"
 #include "optfuse/parallel.h"
+#include "optfuse/partition.h"
 #include "optfuse/schedules.h"
 
 namespace nb = nanobind;
@@ -129,6 +132,44 @@ nb::dict step_result(const optfuse::StepResult& r) {
   return d;
 }
 
+// What `optfuse explain --graph` reports (tools/explain.cpp), for a graph in the JSON form: the
+// source graph as text, the idioms matched and host scalars, the canonical graph, the fusion
+// clusters with each kernel's key for `engine`'s target, and every fuse / cut decision.
+nb::dict explain_graph(const PyEngine& e, nb::handle graph) {
+  const optfuse::Graph source = optfuse::parse_json(to_json(graph, "graph").dump());
+  const optfuse::NormalizedGraph n = optfuse::normalize(source);
+  const optfuse::Partition p = optfuse::partition(n.graph);
+  nb::dict host;
+  for (const auto& [name, expr] : n.host_scalars) host[name.c_str()] = expr.str();
+  nb::list clusters, decisions;
+  for (const optfuse::Cluster& c : p.clusters) {
+    nb::dict d;
+    const bool kernel = c.kind == optfuse::Cluster::Kind::Kernel;
+    d["kind"] = kernel ? "kernel" : "opaque";
+    d["name"] = c.graph.name();
+    d["summary"] = c.summary;
+    d["key"] = kernel ? nb::object(nb::str(e.engine->kernel_key(c.graph).c_str())) : nb::none();
+    clusters.append(d);
+  }
+  for (const optfuse::FusionDecision& fd : p.decisions) {
+    nb::dict d;
+    d["verdict"] = std::string(optfuse::verdict_name(fd.verdict));
+    d["producer"] = fd.producer;
+    d["consumer"] = fd.consumer;
+    d["reason"] = fd.reason;
+    decisions.append(d);
+  }
+  nb::dict r;
+  r["source"] = optfuse::print(source);
+  r["idioms"] = n.idioms;
+  r["host_scalars"] = host;
+  r["canonical"] = optfuse::print(n.graph);
+  r["clusters"] = clusters;
+  r["decisions"] = decisions;
+  r["text"] = optfuse::describe(n) + "\n" + optfuse::explain(p);
+  return r;
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -156,6 +197,8 @@ NB_MODULE(_core, m) {
       },
       "Parallel loops on a libgomp already loaded (addresses of GOMP_parallel, "
       "omp_get_thread_num, omp_get_num_threads; zeros: optfuse's own threads).");
+  m.def("explain_graph", &explain_graph, nb::arg("engine"), nb::arg("graph"),
+        "What `optfuse explain` says about a graph in the JSON form (docs/graph-json.md).");
   m.def("openmp_in_use", [] { return optfuse::openmp_runtime().parallel != nullptr; });
 
   nb::class_<PyEngine>(m, "Engine")
