@@ -13,13 +13,18 @@ Each class subclasses its ``torch.optim`` namesake: the same constructor, defaul
 ``state_dict()`` layout, so checkpoints move both ways between torch and optfuse. The tensors in
 ``optimizer.state[p]`` are the buffers the kernels update in place.
 
+Update rules of your own, written as PyTorch functions: ``optfuse.torch.rule`` traces one into an
+optfuse graph and ``optfuse.torch.from_rule`` makes the optimizer (``optfuse.torch.capture``).
+
 Tensors: CPU float32, bfloat16 or float16 params (16-bit params get an f32 master copy,
 ``state[p]["master"]``), contiguous, one dtype per group for params and for grads.
 """
 import torch as _torch  # noqa: F401  (loads torch's OpenMP runtime before share_openmp looks)
 
 from .._engine import share_openmp as _share_openmp
+from ._captured import CapturedOptimizer, from_rule
 from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
+from .capture import CapturedRule, CaptureError, Grad, Param, State, rule
 from .optimizers import (LAMB, LARS, SGD, Adagrad, Adam, Adamax, AdamW, Custom, Lion, NAdam,
                          RAdam, RMSprop, SparseAdam)
 
@@ -28,4 +33,5 @@ _share_openmp()
 
 __all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
            "SparseAdam", "Lion", "LAMB", "LARS", "Custom", "FusedOptimizer", "STEP_OPTIONS",
-           "EXTRA_GROUP_OPTIONS"]
+           "EXTRA_GROUP_OPTIONS", "rule", "from_rule", "CapturedRule", "CapturedOptimizer",
+           "CaptureError", "Param", "Grad", "State"]

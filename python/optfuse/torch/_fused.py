@@ -127,6 +127,11 @@ class _Binding:
                 t = st.get(name)
                 made = t is None
                 if made:
+                    t = opt._optfuse_initial_state(p, name, want)
+                if made and t is not None:  # the optimizer's own initial value (from_rule)
+                    t = self._checked_state(t, p, name, want, g.index, g.active[k])
+                    fresh.add(id(t))
+                elif made:
                     if from_param:  # the f32 master copy of a 16-bit param
                         t = p.detach().to(dtype=want, memory_format=torch.contiguous_format,
                                           copy=True)
@@ -207,6 +212,11 @@ class FusedOptimizer:
 
     def _optfuse_scalar_state(self) -> tuple:
         return self._optfuse_scalars
+
+    def _optfuse_initial_state(self, p, name: str, dtype) -> Optional[torch.Tensor]:
+        """A new state tensor `name` of `p` made by the optimizer, or None for the rule's own
+        initial value (a tensor full of it)."""
+        return None
 
     def _optfuse_dense_grad(self, p, gi, pi):
         return p.grad
