@@ -52,7 +52,7 @@ void assign_tensor_kernels(Impl& impl, Impl::Group& g, const Graph& plain,
     if (!k) {
       k = by_size ? impl.engine->kernel(graph, n) : impl.engine->kernel(graph);
       KernelSignature a = reference.signature(), b = k->signature();
-      b.per_row = false;
+      a.per_row = b.per_row = false;  // (a custom graph's plain kernel may reduce per row too)
       if (signature_text(a) != signature_text(b))
         internal_error("a tensor kernel's arguments differ from the group's plain kernel's");
     }
