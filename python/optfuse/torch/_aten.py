@@ -195,6 +195,14 @@ def _norm(b, node, env, x, ord_=2, dim=None, keepdim=False, dtype=None):
     raise _unsupported(b, node, f"a norm of order {ord_} (optfuse: 1, 2, inf)")
 
 
+def _rsqrt(b, x):
+    # Of a scalar: 1 / sqrt(x), the spelling whose host formula optfuse knows by name
+    # (inv_bias_correction2_sqrt); on the host, in double, either is one rounding from exact.
+    if isinstance(x, str) and b.uniform.get(x, False):
+        return b.emit("div", 1.0, b.emit("sqrt", x))
+    return b.emit("rsqrt", x)
+
+
 def _pow(b, x, e):
     # torch computes these exponents exactly so (aten pow_tensor_scalar): so does optfuse.
     if isinstance(e, (int, float)) and isinstance(x, str):
@@ -205,7 +213,7 @@ def _pow(b, x, e):
         if e == 0.5:
             return b.emit("sqrt", x)
         if e == -0.5:
-            return b.emit("rsqrt", x)
+            return _rsqrt(b, x)
         if e == -1:
             return b.emit("div", 1.0, x)
     return b.emit("pow", x, e)
@@ -262,8 +270,9 @@ _def([aten.rsub.Tensor, aten.rsub.Scalar],
 _def([aten.mul.Tensor, aten.mul.Scalar], lambda b, x, y: b.emit("mul", x, y))
 _def([aten.div.Tensor, aten.div.Scalar], lambda b, x, y: b.emit("div", x, y))
 for _name, _op in (("neg", "neg"), ("abs", "abs"), ("sign", "sign"), ("sgn", "sign"),
-                   ("sqrt", "sqrt"), ("rsqrt", "rsqrt"), ("exp", "exp"), ("log", "log")):
+                   ("sqrt", "sqrt"), ("exp", "exp"), ("log", "log")):
     _def([getattr(aten, _name).default], (lambda o: lambda b, x: b.emit(o, x))(_op))
+_def([aten.rsqrt.default], lambda b, x: _rsqrt(b, x))
 _def([aten.isfinite.default], lambda b, x: b.emit("is_finite", x))
 _def([aten.reciprocal.default], lambda b, x: b.emit("div", 1.0, x))
 _def([aten.square.default], lambda b, x: b.emit("mul", x, x))
