@@ -218,7 +218,7 @@ def test_explain_names_idioms_clusters_and_the_key(capsys):
     rule = oft.rule(adamw_inplace)
     a = rule.explain(ADAM_DEFAULTS)
     out = capsys.readouterr().out
-    for text in ("traced (aten, functionalized)", "aten.lerp", "idioms:", "maximize", "lerp",
+    for text in ("traced (aten ops)", "aten.lerp", "idioms:", "maximize", "lerp",
                  "bias_correction", "step_size = lr/(1-pow(beta1,step))", "canonical graph",
                  "clusters (1, 1 kernel(s))", "key " + a["kernel_keys"][0]):
         assert text in out, text
@@ -308,6 +308,16 @@ def test_other_capture_errors():
     def unknown(p, grad, *, lr, beta):
         p.sub_(lr * beta * grad)
     assert "'beta' is neither an option in the defaults" in _error(unknown)
+
+    scale = torch.tensor(0.5)
+
+    def uses_a_global(p, grad, *, lr):
+        p.sub_(lr * scale * grad)
+    assert "neither an argument of the rule nor computed from them" in _error(uses_a_global)
+
+    def made_here(p, grad, *, lr):  # a constant written in the rule is a constant
+        p.sub_(lr * torch.tensor(0.5) * grad)
+    oft.from_rule(made_here, [torch.zeros(2, requires_grad=True)], {"lr": 0.1})
 
     def nothing(p, grad, *, lr):
         return None

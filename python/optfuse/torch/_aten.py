@@ -1,6 +1,6 @@
 """The aten ops a captured rule may use, and their optfuse graphs (docs/graph-json.md).
 
-``convert_graph`` walks a functionalized ``make_fx`` graph (``capture.py``) node by node. Each
+``convert_graph`` walks the fx graph ``_tracer.trace`` recorded, node by node. Each
 aten op maps to a few optfuse ops with the same maths (``_OPS``); anything else is a
 ``CaptureError`` naming the op, the user's line that made it and what is accepted. Nothing is
 ever dropped or run eagerly instead.
@@ -23,6 +23,15 @@ aten = torch.ops.aten
 
 class CaptureError(ValueError):
     """A rule that cannot be captured: says what, where (the line of the rule) and why."""
+
+
+CaptureError.__module__ = "optfuse.torch"  # where users meet it
+
+
+def WRITEBACK(target, value):  # noqa: N802  (an fx node target, never called)
+    """Marks `value` as the new value of argument `target`: _tracer.py adds one per argument
+    the rule changed, and it becomes the graph output that replaces the argument."""
+    raise AssertionError("a traced graph is converted, never run")
 
 
 _DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16",
@@ -56,6 +65,10 @@ class _Builder:
     def emit(self, op: str, *args, dtype: str = None) -> Any:
         if all(isinstance(a, (int, float)) for a in args) and op in _FOLD:
             return float(_FOLD[op](*args))
+        if op == "add":
+            flipped = self._minus(*args)
+            if flipped is not None:
+                return flipped
         ids = [a for a in args if isinstance(a, str)]
         if op == "select":
             ids = [a for a in args[1:] if isinstance(a, str)]
@@ -84,6 +97,24 @@ class _Builder:
         self.uniform[i] = op.startswith("reduce_") or all(
             self.uniform.get(a, True) for a in args if isinstance(a, str))
         return i
+
+    def _minus(self, a, b):
+        """x + (-u) * y as x - u * y (u uniform: a negative number, neg(v), neg(v) / w), the
+        library's spelling; bit-identical, as x + (-z) is x - z and a sign flip commutes with
+        rounding. None when neither operand is such a product."""
+        for x, m in ((a, b), (b, a)):
+            n = self.by_id.get(m) if isinstance(m, str) else None
+            if n is None or n["op"] != "mul":
+                continue
+            for f, rest in ((n["args"][0], n["args"][1]), (n["args"][1], n["args"][0])):
+                if isinstance(f, str) and not self.uniform.get(f, False):
+                    continue
+                pos = self.positive(f)
+                if pos is not None:
+                    term = rest if isinstance(pos, float) and pos == 1.0 else \
+                        self.emit("mul", pos, rest)
+                    return self.emit("sub", x, term)
+        return None
 
     def positive(self, a):
         """-a when `a` is a negative number or a uniform negation (neg(u), neg(u) / w), else
@@ -148,7 +179,10 @@ def _line(node) -> str:
 def _unsupported(b: _Builder, node, why: str = "") -> CaptureError:
     line = _line(node)
     at = f" at {line}" if line else ""
-    op = getattr(node.target, "__name__", str(node.target))
+    t = node.target
+    op = getattr(t, "__name__", str(t))
+    if isinstance(t, torch._ops.OpOverload):
+        op = f"{op.split('.')[0]} (aten.{op})"
     why = f" ({why})" if why else ""
     return CaptureError(f"rule {b.name!r}{at}: optfuse cannot capture {op}{why}. A captured rule "
                         f"is element-wise; it may use {ACCEPTED}.")
@@ -297,6 +331,7 @@ _def([aten.addcmul.default],
 _def([aten.addcdiv.default],
      lambda b, s, t1, t2, value=1: _axpy(b, s, value, b.emit("div", t1, t2)))
 _def([aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default,
+      aten.lift_fresh.default,
       aten._local_scalar_dense.default, aten.contiguous.default], _identity)
 # Python arithmetic on a scalar made a number by torch (alpha=-lr, value=1 - beta2).
 for _f, _op in ((operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"),
@@ -333,8 +368,13 @@ def _special(b: _Builder, node, env) -> Any:
             raise _unsupported(b, node, f"{sorted(bad)}")
         dtype = kw.get("dtype", args[1] if len(args) > 1 else None)
         return _cast_node(b, node, env(args[0]), dtype)
-    if t is aten.copy.default:  # a functionalized user copy_: the source, in the target dtype
+    if t in (aten.copy.default, aten.copy_.default):  # the source, in the target's dtype
         return b.cast(env(args[1]), _dtype_of(b, node, args[0]))
+    if t is aten.zero_.default:
+        return b.const(0.0, _dtype_of(b, node, node))
+    if t in (aten.fill_.Scalar, aten.fill_.Tensor):
+        v = env(args[1])
+        return b.const(float(v), _dtype_of(b, node, node)) if isinstance(v, (int, float)) else v
     if t in (aten.zeros_like.default, aten.ones_like.default, aten.full_like.default):
         v = 0.0 if t is aten.zeros_like.default else 1.0 if t is aten.ones_like.default \
             else env(args[1])
@@ -343,6 +383,18 @@ def _special(b: _Builder, node, env) -> Any:
     if t is aten.scalar_tensor.default:
         return float(args[0])
     return None
+
+
+def _functional(op):
+    """The out-of-place overload of in-place aten op `op` (add_.Tensor -> add.Tensor), or None:
+    the tracer follows the write itself (_tracer.py), so only the value is converted."""
+    if not isinstance(op, torch._ops.OpOverload):
+        return None
+    name = op._schema.name.split("::")[-1]
+    if not name.endswith("_"):
+        return None
+    packet = getattr(aten, name[:-1], None)
+    return getattr(packet, op._overloadname, None) if packet is not None else None
 
 
 def _dtype_of(b, node, x) -> str:
@@ -355,15 +407,15 @@ def _dtype_of(b, node, x) -> str:
     return "f32"
 
 
-def convert_graph(gm, name: str, inputs: list, returned: list):
-    """The optfuse graph JSON of functionalized fx graph `gm`, and what capture.py checks.
+def convert_graph(graph, name: str, inputs: list, returned: list):
+    """The optfuse graph JSON of traced fx graph `graph`, and what capture.py checks.
 
     `inputs`: (name, role) of each placeholder, in order (role param, grad, state, scalar or
     bool, a bool scalar);
     `returned`: the tensor argument each value of the graph's output list replaces."""
     b = _Builder(name)
     env: dict = {}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     by_node = {}
     for n, (iname, role) in zip(placeholders, inputs):
         by_node[n] = iname
@@ -390,14 +442,8 @@ def convert_graph(gm, name: str, inputs: list, returned: list):
         return a
 
     writes: dict = {}
-    for node in gm.graph.nodes:
+    for node in graph.nodes:
         if node.op in ("placeholder",):
-            continue
-        if node.op == "get_attr":  # a tensor constant (torch.tensor(2.0) in the rule)
-            t = getattr(gm, node.target)
-            if t.numel() != 1:
-                raise _unsupported(b, node, "a constant tensor of more than one element")
-            env[node] = float(t.item())
             continue
         if node.op == "output":
             outs = node.args[0] if node.args else []
@@ -408,17 +454,16 @@ def convert_graph(gm, name: str, inputs: list, returned: list):
         if node.op != "call_function":
             raise _unsupported(b, node, f"an fx {node.op} node")
         t = node.target
-        if t is aten.copy_.default and node.args[0] in by_node:
+        if t is WRITEBACK:
             _write(b, writes, by_node[node.args[0]], env[node.args[1]], node)
-            env[node] = env[node.args[1]]
             continue
         r = _special(b, node, lambda a: env[a] if isinstance(a, torch.fx.Node) else value(a))
         if r is None:
-            f = _OPS.get(t)
+            f = _OPS.get(t) or _OPS.get(_functional(t))
             if f is None:
                 why = ""
                 if getattr(t, "_schema", None) is not None and t._schema.is_mutable:
-                    why = "an in-place op on a value that is not an argument"
+                    why = "an in-place op optfuse has no out-of-place form for"
                 raise _unsupported(b, node, why)
             args = [value(a) for a in node.args]
             kw = {k: value(v) for k, v in node.kwargs.items()}

@@ -20,15 +20,16 @@ built-ins ``step`` and ``bias_correctionK`` (``1 - betaK ** step``, docs/graph-j
 function changes tensors in place (``p.add_``, ``m.lerp_``, ``copy_``), or returns the new values
 (a tensor for the param, a tuple in argument order, or a dict by name), or both.
 
-Tracing: ``make_fx`` over ``torch.func.functionalize`` with fake tensors, so the result is
-torch's own aten-level graph with every in-place write turned into a value copied back to the
-input it replaces (``copy_`` at the end), whatever mix of methods, operators and in-place
-forms the function used. Scalars are traced as 0-dim float32 tensors, so they stay graph inputs
-and never become constants: changing ``lr`` or the step never retraces or recompiles. Arithmetic
-on scalars only (``1 - beta2 ** step``, ``-lr / bc1``) is moved to the host by optfuse
-(computed in double, rounded once). Anything that would turn a scalar into a Python number
-(``math.sqrt(bc)``, ``float(lr)``, ``if lr > 0:``) is an error at the line that did it: write it
-with torch ops (``bc.sqrt()``, ``bc ** 0.5``, ``torch.where``).
+Tracing (``_tracer.py``): the function runs once on small example tensors under a
+``TorchDispatchMode`` that records every aten op it reaches, so the graph is torch's own
+aten-level view of it, whatever mix of methods, operators and in-place forms it used; every
+in-place write rebinds the argument it writes and becomes the output that replaces it. Scalars
+are traced as 0-dim tensors, so they stay graph inputs and never become constants: changing
+``lr`` or the step never retraces or recompiles. Arithmetic on scalars only
+(``1 - beta2 ** step``, ``-lr / bc1``) is moved to the host by optfuse (computed in double,
+rounded once). Anything that would turn a scalar into a Python number (``math.sqrt(bc)``,
+``float(lr)``, ``if lr > 0:``) is an error at the line that did it: write it with torch ops
+(``bc.sqrt()``, ``bc ** 0.5``, ``torch.where``).
 
 The function is traced once, with 2-D example tensors (``EXAMPLE_SHAPE``): Python control flow
 on shapes is fixed then, and a reduction over every dim but the first (``dim=-1`` or ``dim=1``
@@ -44,6 +45,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from . import _tracer
 from ._aten import CaptureError, convert_graph
 
 EXAMPLE_SHAPE = (4, 8)
@@ -151,7 +153,7 @@ class CapturedRule:
         return out
 
     def trace(self, defaults: Optional[dict] = None):
-        """The traced function: ``(fx.GraphModule, optfuse graph JSON, info)`` for `defaults`
+        """The traced function: ``(fx.Graph of aten ops, optfuse graph JSON, info)`` for `defaults`
         (only the number of ``betas`` matters); traced once per such layout."""
         defaults = {**self.defaults, **(defaults or {})}
         layout = self._scalar_names(defaults)
@@ -163,12 +165,10 @@ class CapturedRule:
         return hit
 
     def _trace(self, layout, bools):
-        from torch.fx.experimental.proxy_tensor import make_fx
-
         names = [n for n, _ in self.tensors]
         returned = {}
 
-        def flat(*args):
+        def call(args):
             tensors = dict(zip(names, args[:len(names)]))
             it = iter(args[len(names):])
             kw = {}
@@ -182,22 +182,20 @@ class CapturedRule:
         examples = [torch.zeros(EXAMPLE_SHAPE) for _ in names]
         examples += [torch.tensor(False) if k in bools else torch.tensor(0.5)
                      for k, ss in layout for _ in ss]
-        _anchor(self.fn)
-        try:
-            gm = make_fx(torch.func.functionalize(flat, remove="mutations_and_views"),
-                         tracing_mode="fake", record_stack_traces=True)(*examples)
-        except CaptureError:
-            raise
-        except Exception as e:  # noqa: BLE001  (torch raises many kinds; all are the user's)
-            raise CaptureError(self._trace_failure(e)) from e
         # The param and gradient are "param" and "grad" in the graph, as in the library's
         # (kernel keys include input names); state keeps its name: it is optimizer.state's.
         graph_name = {self.param: "param", self.grad: "grad"}
         inputs = [(graph_name.get(n, n), r) for n, r in self.tensors]
         inputs += [(sc, "bool" if k in bools else "scalar") for k, ss in layout for sc in ss]
-        graph, info = convert_graph(gm, self.name, inputs,
+        try:
+            fx_graph, _ = _tracer.trace(self.fn, [n for n, _ in inputs], examples, call)
+        except CaptureError:
+            raise
+        except Exception as e:  # noqa: BLE001  (torch raises many kinds; all are the user's)
+            raise CaptureError(self._trace_failure(e)) from e
+        graph, info = convert_graph(fx_graph, self.name, inputs,
                                     [graph_name.get(n, n) for n, _ in returned.get("layout", [])])
-        return gm, graph, info
+        return fx_graph, graph, info
 
     def _returned(self, out) -> list:
         """What the function returned, as (tensor argument name, value) pairs."""
@@ -225,12 +223,8 @@ class CapturedRule:
         line = _user_line(e.__traceback__, self.fn)
         at = f" at {line}" if line else ""
         text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if "data-dependent" in str(e) or "DataDependent" in type(e).__name__:
-            return (f"rule {self.name!r}{at}: a scalar (a hyperparameter or the step) was made a "
-                    "Python number or a Python bool there (float(), math.*, .item(), `if`, "
-                    "`and` / `or`): optfuse keeps scalars as runtime values, so write it with "
-                    "torch ops (x.sqrt(), x ** 0.5, torch.where, torch.maximum)")
-        return f"rule {self.name!r}{at}: tracing failed: {type(e).__name__}: {text}"
+        return f"rule {self.name!r}{at}: running it on example tensors failed: " \
+               f"{type(e).__name__}: {text}"
 
     # ---- what optfuse makes of it -------------------------------------------------------------
     def to_json(self, defaults: Optional[dict] = None) -> dict:
@@ -250,12 +244,12 @@ class CapturedRule:
         from .. import _core
         from .._engine import engine
 
-        gm, graph, _ = self.trace(defaults)
+        fx_graph, graph, _ = self.trace(defaults)
         a = dict(_core.explain_graph(engine(), graph))
-        a["traced"] = str(gm.graph)
+        a["traced"] = str(fx_graph)
         a["kernel_keys"] = [c["key"] for c in a["clusters"] if c["kind"] == "kernel"]
         out = file if file is not None else sys.stdout
-        print(f"=== rule {self.name!r}: traced (aten, functionalized) ===\n{a['traced']}", file=out)
+        print(f"=== rule {self.name!r}: traced (aten ops) ===\n{a['traced']}", file=out)
         print(f"=== optfuse graph ===\n{a['source']}", file=out)
         print(f"=== normalized ===\n{a['text']}", file=out)
         for i, c in enumerate(c for c in a["clusters"] if c["kind"] == "kernel"):
@@ -282,15 +276,6 @@ def _plain(v: Any) -> Any:
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
     return v
-
-
-def _anchor(fn: Callable) -> None:
-    """Asks make_fx to record stack traces through `fn` (its frames are the user's lines)."""
-    import torch.fx.proxy as fx_proxy
-
-    register = getattr(fx_proxy, "_register_stack_trace_anchor", None)
-    if register is not None:  # (a private hook: without it, errors name no line)
-        register(fn)
 
 
 def _user_line(tb, fn: Callable) -> str:
