@@ -1,6 +1,7 @@
 // Custom optimizers: a JSON Lion and a JSON Adam written op by op get the built-in kernel (same
 // key, bit-identical numbers); Adan (Xie et al. 2022) registered from C++ against an independent
-// double reference; definition errors.
+// double reference; a graph with a per-row reduction on 1-, 2- and 3-D tensors; definition
+// errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -196,6 +197,58 @@ TEST(CustomOptimizer, AdanFromCppMatchesADoubleReference) {
   ASSERT_TRUE(diff);
   for (size_t i = 0; i < n; ++i) ASSERT_NEAR((*diff)[i], d[i], 1e-6) << "exp_avg_diff[" << i << "]";
   EXPECT_EQ(adan->kernel_uses().size(), 1u);
+}
+
+// A custom graph with a per-row reduction: each tensor's rows are everything but its first dim
+// (numel / shape[0]); a 1-D tensor is one row. p' = p - lr * (g - row_mean(g)).
+TEST(CustomOptimizer, RowReductionsSeeEachTensorsRows) {
+  const Options rule = Options::parse(R"({
+    "name": "row_centered", "defaults": {"lr": 0.5},
+    "graph": {"inputs": [{"name": "param", "role": "param"}, {"name": "grad", "role": "grad"}],
+              "scalars": ["lr"],
+              "nodes": [{"id": "m", "op": "row_mean", "args": ["grad"]},
+                        {"id": "c", "op": "sub", "args": ["grad", "m"]},
+                        {"id": "u", "op": "mul", "args": ["lr", "c"]},
+                        {"id": "p1", "op": "sub", "args": ["param", "u"]}],
+              "outputs": {"param": "p1"}}})");
+  Engine& e = testing::shared_engine();
+  auto opt = Optimizer::create(e, {{"type", "custom"}, {"rule", rule}});
+  const std::vector<std::vector<int64_t>> shapes = {{6, 5, 7}, {9, 4}, {33}};
+  std::vector<Tensors> ts;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    int64_t n = 1;
+    for (int64_t d : shapes[k]) n *= d;
+    ts.push_back(make_tensors(static_cast<size_t>(n), 10 + static_cast<uint32_t>(k)));
+  }
+  std::vector<ParamRef> refs;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    ParamRef r = ref(ts[k]);
+    r.param.shape = r.grad.shape = shapes[k];
+    refs.push_back(r);
+  }
+  opt->add_param_group(refs);
+  std::vector<std::vector<float>> before;
+  for (Tensors& t : ts) {
+    fill_grad(t, 0);
+    before.push_back(t.p);
+  }
+  opt->step();
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const size_t n = ts[k].p.size();
+    const size_t cols = shapes[k].size() < 2 ? n : n / static_cast<size_t>(shapes[k][0]);
+    for (size_t r = 0; r < n / cols; ++r) {
+      double mean = 0;
+      for (size_t c = 0; c < cols; ++c) mean += ts[k].g[r * cols + c];
+      mean /= static_cast<double>(cols);
+      // float32: the mean (accumulated in double, rounded once), a subtract, a multiply and a
+      // subtract, each within half an ulp of values of magnitude <= ~4.
+      for (size_t c = 0; c < cols; ++c) {
+        const size_t i = r * cols + c;
+        const double want = before[k][i] - 0.5 * (ts[k].g[i] - mean);
+        ASSERT_NEAR(ts[k].p[i], want, 4e-6) << "tensor " << k << ", element " << i;
+      }
+    }
+  }
 }
 
 void expect_error(const Options& config, const std::string& fragment) {
