@@ -50,6 +50,10 @@ ACCEPTED = ("add, sub, rsub, mul, div, neg, abs, sign, sgn, sqrt, rsqrt, recipro
             "the whole tensor or over every dim but the first (keepdim=True)")
 
 
+# Ops that take bool operands as they are.
+_LOGICAL = ("select", "cast", "eq", "ne", "is_finite")
+
+
 class _Builder:
     """The optfuse graph under construction, with each id's dtype."""
 
@@ -65,6 +69,20 @@ class _Builder:
     def emit(self, op: str, *args, dtype: str = None) -> Any:
         if all(isinstance(a, (int, float)) for a in args) and op in _FOLD:
             return float(_FOLD[op](*args))
+        ids = [a for a in args if isinstance(a, str)]
+        if op in ("add", "mul") and len(ids) == 2 == len(args) and \
+                all(self.dtype[a] == "bool" for a in ids):
+            # bool * bool is "and", bool + bool "or" in torch (isfinite decomposes so).
+            x, y = args
+            return self.emit("select", x, y, x) if op == "mul" else self.emit("select", x, x, y)
+        if op not in _LOGICAL and any(self.dtype[a] == "bool" for a in ids):
+            args = tuple(self.cast(a, "f32") if isinstance(a, str) and self.dtype[a] == "bool"
+                         else a for a in args)  # torch promotes bool to float here
+        if any(isinstance(a, float) and not math.isfinite(a) for a in args):
+            # (JSON has no inf or nan number: a const node, in the other operand's dtype.)
+            t = next((self.dtype[a] for a in args if isinstance(a, str)), "f32")
+            args = tuple(self.const(a, t) if isinstance(a, float) and not math.isfinite(a)
+                         else a for a in args)
         if op == "add":
             flipped = self._minus(*args)
             if flipped is not None:
