@@ -68,8 +68,9 @@ Param, Grad, State = _Marker("param"), _Marker("grad"), _Marker("state")
 def _role(annotation) -> Optional[str]:
     if isinstance(annotation, _Marker):
         return annotation.role
-    if isinstance(annotation, str) and annotation in ("Param", "Grad", "State"):
-        return annotation.lower()  # under `from __future__ import annotations`
+    if isinstance(annotation, str):  # under `from __future__ import annotations`
+        name = annotation.rsplit(".", 1)[-1]
+        return name.lower() if name in ("Param", "Grad", "State") else None
     return None
 
 
