@@ -93,7 +93,7 @@ def lion_functional(p, grad, exp_avg, *, lr, betas, weight_decay):
             beta2 * exp_avg + (1 - beta2) * grad)
 
 
-# ---- Adan (Xie et al. 2022, Algorithm 1 as the authors' adan.py with no_prox) ------------------
+# ---- Adan (Xie et al. 2022, Algorithm 1 as the authors' PyTorch code, with no_prox) -----------
 # prev_grad starts at zero; the first step's gradient difference is zero (the authors start
 # pre_grad at the first gradient), hence the where on the step.
 def adan_inplace(p, grad, exp_avg, exp_avg_diff, exp_avg_sq, prev_grad, *, lr, betas, eps,
