@@ -212,6 +212,14 @@ def test_optimizer_behaves_like_the_builtins():
             p.grad = grad_for(p, 3, i)
         o.step()
     assert all(torch.equal(x, y) for x, y in zip(a, b))
+    # copy.deepcopy keeps the rule (and steps as the original does).
+    import copy
+    c = copy.deepcopy((opt_b, b))
+    for o, ps in ((opt_b, b), c):
+        for i, p in enumerate(ps):
+            p.grad = grad_for(p, 4, i)
+        o.step()
+    assert all(torch.equal(x, y) for x, y in zip(b, c[1]))
 
 
 def test_explain_names_idioms_clusters_and_the_key(capsys):

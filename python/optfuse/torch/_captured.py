@@ -48,6 +48,17 @@ class CapturedOptimizer(Custom):
         self._rows = captured.row_reductions(defaults)
         super().__init__(params, json_rule, **kwargs)
 
+    _OWN = ("captured", "host_scalars", "_host_names", "state_init", "_rows")
+
+    def __getstate__(self) -> dict:  # (copy.deepcopy, pickle): the rule and its options too
+        return {**super().__getstate__(), **{k: getattr(self, k) for k in self._OWN}}
+
+    def __setstate__(self, state: dict) -> None:
+        # (torch's load_state_dict calls this too, with only "state" and "param_groups".)
+        own = {k: state.pop(k) for k in self._OWN if k in state}
+        super().__setstate__(state)
+        self.__dict__.update(own)
+
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
         self._check_row_shapes(len(self.param_groups) - 1, self.param_groups[-1])

@@ -268,6 +268,16 @@ class Custom(_Extra):
                     for k, v in {**rule["defaults"], **kwargs}.items()}
         super().__init__(params, defaults, step)
 
+    def __getstate__(self) -> dict:  # (copy.deepcopy, pickle): the rule too
+        return {**super().__getstate__(), "_optfuse_rule": self._optfuse_rule}
+
+    def __setstate__(self, state: dict) -> None:
+        # (torch's load_state_dict calls this too, with only "state" and "param_groups".)
+        rule = state.pop("_optfuse_rule", None)
+        super().__setstate__(state)
+        if rule is not None:
+            self._optfuse_rule = rule
+
     def _optfuse_config(self) -> dict:
         return {"type": "custom", "rule": self._optfuse_rule, **self._optfuse_step_options}
 
