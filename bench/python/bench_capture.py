@@ -205,7 +205,8 @@ def time_steps(a, entries, log):
                 ts.append(time.perf_counter() - t0)
             e.rounds.append(statistics.median(ts))
         log(f"  round {r + 1}/{a.rounds} done")
-    return {e.name: statistics.median(e.rounds) for e in entries}
+    return ({e.name: statistics.median(e.rounds) for e in entries},
+            {e.name: e.rounds for e in entries})
 
 
 def main():
@@ -238,12 +239,13 @@ def run(a, log):
         f"load {os.getloadavg()[0]:.2f}")
     log("capture + compile (fresh processes):")
     st = startup(a, shapes, log)
-    entries, info, med = [], {}, {}
+    entries, info, med, rounds = [], {}, {}, {}
     if not a.skip_steps:
         log("steps (one process):")
         entries, info = build(a, shapes, log)
-        med = time_steps(a, entries, log)
-    res = {"elements": n, "tensors": len(shapes), "startup": st, "steps_s": med, **info,
+        med, rounds = time_steps(a, entries, log)
+    res = {"elements": n, "tensors": len(shapes), "startup": st, "steps_s": med,
+           "rounds_s": rounds, **info,
            "torch": torch.__version__, "optfuse": optfuse.__version__,
            "load_end": os.getloadavg()[0]}
     m = lambda kind, k: statistics.median(r[k] for r in st[kind])
@@ -269,7 +271,11 @@ def run(a, log):
     print(f"step, median of {a.rounds} rounds x {a.steps} steps:")
     for name, t in med.items():
         print(f"  {name:32s} {t * 1e3:9.2f} ms   x captured {t / cap:5.2f}")
-    print(f"captured / library: {cap / lib:.3f}")
+    # The same round's two medians, a minute apart at most: less exposed to the load drifting.
+    paired = statistics.median(c / l for c, l in zip(rounds["captured rule (from_rule)"],
+                                                     rounds["library oft.AdamW"]))
+    print(f"captured / library: {cap / lib:.3f} (medians), {paired:.3f} (median of the rounds' "
+          "ratios)")
 
 
 if __name__ == "__main__":
