@@ -118,3 +118,16 @@ def test_bf16_params_keep_their_f32_master_through_a_checkpoint():
     b = oft.AdamW([p], lr=1e-3)
     b.load_state_dict(roundtrip(a.state_dict()))
     assert torch.equal(b.state[p]["master"], master)
+
+
+def test_step_options_survive_load_state_dict():
+    # torch's load_state_dict rebuilds the optimizer through __setstate__ with only "state" and
+    # "param_groups"; the clip threshold is configuration, not checkpoint, and must still apply.
+    ps = make_params([(8, 5), (7,)], seed=3)
+    opt = oft.AdamW(ps, lr=1e-2, max_grad_norm=1e-3)
+    steps(opt, ps, 0, 2)
+    assert opt.last_step["total_norm"] is not None
+    opt.load_state_dict(opt.state_dict())
+    steps(opt, ps, 2, 1)
+    assert opt.last_step["total_norm"] is not None  # still clipping: the norm was computed
+

@@ -252,7 +252,11 @@ class FusedOptimizer:
         return {**super().__getstate__(), "_optfuse_step_options": self._optfuse_step_options}
 
     def __setstate__(self, state: dict) -> None:
-        step = state.pop("_optfuse_step_options", {})
+        # (torch's load_state_dict calls this too, with only "state" and "param_groups": the step
+        # options, which are the optimizer's configuration and not in a checkpoint, stay.)
+        step = state.pop("_optfuse_step_options", None)
+        if step is None:
+            step = getattr(self, "_optfuse_step_options", {})
         super().__setstate__(state)
         self._optfuse_step_options = step
         self._optfuse_binding = None
