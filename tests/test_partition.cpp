@@ -1,6 +1,7 @@
 // The partitioner: fusion clusters and the reason for every decision, on textual graphs.
 // Positives (one kernel) and do-not-fuse negatives (cuts at opaque ops and at reductions that
-// cannot share a kernel), and an end-to-end run of a cut graph against the interpreter.
+// cannot share a kernel), and an end-to-end run of a cut graph's clusters, one by one, against the
+// interpreter (tests/test_clusters.cpp: the engine running them as one Kernel).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -220,7 +221,7 @@ TEST(DoNotFuse, CutGraphRunsLikeTheWholeGraph) {
   testing::expect_close(got, interpret(g, in, {{"lr", 0.25}}, cols), 2e-6, 1e-7);
 }
 
-TEST(Opaque, TextRoundTripAndLoweringRefusal) {
+TEST(Opaque, TextRoundTripAndNoImplementation) {
   const char* text = R"(graph "o" {
   %0 = grad.f32 "g"
   %1 = opaque.f32 "all\"reduce", %0
@@ -234,7 +235,8 @@ TEST(Opaque, TextRoundTripAndLoweringRefusal) {
     testing::shared_engine().kernel(g);
     ADD_FAILURE() << "no Error";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("opaque op \"all\"reduce\" cannot be compiled into a kernel"));
+    EXPECT_THAT(e.what(), HasSubstr("opaque op \"all\"reduce\" has no implementation in this "
+                                    "engine: register one with Engine::register_opaque"));
   }
   // The interpreter stands in for the external call with the identity.
   auto out = interpret(g, {{"g", {1.5, -2}}}, {});

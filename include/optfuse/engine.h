@@ -8,10 +8,19 @@
 // A kernel is keyed by (structural hash of the canonical graph, schedule, target). Hyperparameter
 // values and tensor sizes are call arguments, so one kernel serves every parameter group and every
 // shape with the same structure ("compile once, call many").
+//
+// The partitioner (include/optfuse/partition.h) chooses the kernels. A graph it keeps whole (every
+// library optimizer's update, with GC, clipping, mixed precision) is one compiled kernel, returned
+// as it is. A graph it cuts (an opaque op; a whole-tensor reduction the update needs in a kernel
+// that also reduces per row) is one Kernel too, with the whole graph's signature and key, that
+// runs the clusters' kernels in order: a reduction's value passes to the next kernel as a host
+// double (its "%N" scalar), a tensor crossing an opaque op through a temporary it allocates, and
+// an input a later kernel still reads is copied before an earlier one overwrites it in place.
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "optfuse/cache.h"
@@ -74,6 +83,23 @@ struct EngineCounters {
 // target of each object) that keeps another target's code away from the JIT.
 CacheOptions engine_cache_options(const std::string& dir);
 
+// One call of an opaque op's implementation (ops.def: `opaque "callee"` names an external
+// computation, e.g. an all-reduce or a user callback; register it with Engine::register_opaque).
+// It runs on the calling thread between the kernel before it and the kernel after it, on host
+// memory; calls for different tensors may run at once (the Optimizer spreads small tensors over
+// threads), so an implementation must be safe to call concurrently. A tensor operand is the graph's
+// input or a temporary the kernel before it wrote; a uniform operand (a reduction's value, a
+// scalar) comes as one double (n = 1, dtype F64).
+struct OpaqueCall {
+  std::string_view callee;
+  const void* in;  // the operand: n elements of dtype
+  void* out;       // where the result goes: n elements of dtype, never overlapping `in`
+  DType dtype;
+  int64_t n;
+  int64_t cols;  // the KernelCall::cols of the call (0 when it gave none)
+};
+using OpaqueFn = std::function<void(const OpaqueCall&)>;
+
 class Engine {
  public:
   // Throws Error for an invalid target, and for a CUDA target ("host-cuda", ...) without a usable
@@ -83,7 +109,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // The compiled kernel for `g` (any form; it is canonicalized here). Thread-safe.
+  // The compiled kernel for `g` (any form; it is canonicalized here). Thread-safe. Throws Error
+  // for a graph with an opaque op this engine has no implementation of (register_opaque).
   std::shared_ptr<const Kernel> kernel(const Graph& g);
   std::shared_ptr<const Kernel> kernel(const Graph& g, const Schedule& schedule);
   // The kernel for calls of about `size_hint` elements: the tuned schedule for this graph and
@@ -119,6 +146,11 @@ class Engine {
   std::vector<std::shared_ptr<const Kernel>> kernels() const;  // every kernel in the table
 
   void set_object_store(std::shared_ptr<ObjectStore> store);
+
+  // Implements opaque op `callee` for kernels of this engine (OpaqueCall). A kernel takes the
+  // implementation when kernel() makes it, so register before; an Error if `callee` already has
+  // one (kernels made earlier would keep the old one) or `fn` is empty. Thread-safe.
+  void register_opaque(const std::string& callee, OpaqueFn fn);
 
   struct Impl;
 

@@ -1,5 +1,6 @@
-// Engine: canonicalize -> key -> in-memory table, else object store, else compile; then load the
-// object into this engine's JIT session.
+// Engine: canonicalize -> key -> in-memory table, else partition; each kernel cluster from the
+// object store, else compiled; then loaded into this engine's JIT session. A graph of one cluster
+// is its kernel; one of several is a CompositeKernel over theirs (engine/composite.h).
 #include "optfuse/engine.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "engine/composite.h"
 #include "engine/kernel_impl.h"
 #include "engine/key.h"
 #include "jit/cuda_driver.h"
@@ -17,11 +19,14 @@
 #include "lower/signature.h"
 #include "optfuse/cache.h"
 #include "optfuse/error.h"
+#include "optfuse/partition.h"
 #include "optfuse/schedules.h"
 
 namespace optfuse {
 namespace {
 
+using engine_detail::CompositeKernel;
+using engine_detail::CompositeStep;
 using engine_detail::KernelImpl;
 
 class Stopwatch {
@@ -48,6 +53,24 @@ std::shared_ptr<const std::vector<char>> runtime_object(const std::string& targe
   return slot;
 }
 
+// A kernel cluster lowering can compile. The partitioner cuts a whole-tensor reduction from the
+// per-row reductions of its consumers, not from those of its own operand; such a cluster would
+// reach lowering and be refused there under the cluster's name.
+void check_cluster(const Cluster& c, const std::string& graph) {
+  const Node* whole = nullptr;
+  const Node* row = nullptr;
+  for (const Node& n : c.graph.nodes()) {
+    if (op_has(n.op, kReduce) && !whole) whole = &n;
+    if (op_has(n.op, kRowReduce) && !row) row = &n;
+  }
+  if (whole && row)
+    throw Error("graph \"" + graph + "\": a whole-tensor reduction (" +
+                std::string(op_name(whole->op)) + ") of a value that needs a per-row reduction (" +
+                std::string(op_name(row->op)) +
+                "): one kernel cannot compute both, and the partitioner does not cut between them "
+                "yet (`optfuse explain` shows the cluster)");
+}
+
 int resolve_threads(int requested) {
   if (requested > 0) return requested;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -68,6 +91,7 @@ struct Engine::Impl {
 
   std::unordered_map<std::string, bool> precompiled;  // keys stored by precompile()
   ScheduleDb db;  // tuned schedules for this target (empty when none apply)
+  std::map<std::string, OpaqueFn> opaque;  // register_opaque(): callee -> implementation
 
   // The schedule for calls of about `n` elements of `canonical` (resolved), tuned if the
   // database has an entry for it.
@@ -78,9 +102,41 @@ struct Engine::Impl {
     return jit::resolve_schedule(e ? e->schedule : options.schedule, target);
   }
 
+  // `size_hint` >= 0: each cluster of a cut graph gets its own schedule for that size (the
+  // database keys schedules by the cluster's graph); else every cluster gets `resolved`.
   std::shared_ptr<const Kernel> kernel(const Graph& canonical, const std::string& name,
-                                       const Schedule& resolved);
-  bool precompile(const Graph& canonical, const std::string& name, const Schedule& resolved);
+                                       const Schedule& resolved, int64_t size_hint);
+  bool precompile(const Graph& canonical, const std::string& name, const Schedule& resolved,
+                  int64_t size_hint);
+
+  // The clusters' own canonical graphs and schedules (kernel clusters; opaque ones stay empty).
+  struct Part {
+    Graph canonical;
+    Schedule resolved;
+  };
+  std::vector<Part> parts(const Partition& p, const std::string& name, const Schedule& resolved,
+                          int64_t size_hint) const {
+    std::vector<Part> out;
+    for (const Cluster& c : p.clusters)
+      if (c.kind == Cluster::Kind::Kernel) check_cluster(c, name);
+    for (const Cluster& c : p.clusters) {
+      if (c.kind != Cluster::Kind::Kernel) {
+        out.push_back({});
+        continue;
+      }
+      Graph cg = canonicalize(c.graph);
+      Schedule s = size_hint >= 0 ? schedule_for(cg, size_hint, nullptr) : resolved;
+      out.push_back({std::move(cg), s});
+    }
+    return out;
+  }
+
+  // One kernel cluster (the whole graph, or one cluster of it): the table, else the store, else
+  // compiled. Called with `mutex` held.
+  std::shared_ptr<const Kernel> compiled_locked(const Graph& canonical, const std::string& name,
+                                                const Schedule& resolved, const std::string& key);
+  bool precompiled_locked(const Graph& canonical, const std::string& name, const Schedule& resolved,
+                          const std::string& key);
 
   // `key`'s object from the store, else compiled by `compile` and stored. While compiling, the
   // store's lock for `key` is held and the store is asked again once it is taken, so processes
@@ -191,16 +247,17 @@ std::shared_ptr<const Kernel> Engine::kernel(const Graph& g) {
 
 std::shared_ptr<const Kernel> Engine::kernel(const Graph& g, const Schedule& schedule) {
   Graph canonical = canonicalize(g);
-  return impl_->kernel(canonical, g.name(), jit::resolve_schedule(schedule, impl_->target));
+  return impl_->kernel(canonical, g.name(), jit::resolve_schedule(schedule, impl_->target), -1);
 }
 
 std::shared_ptr<const Kernel> Engine::kernel(const Graph& g, int64_t size_hint) {
   Graph canonical = canonicalize(g);
-  return impl_->kernel(canonical, g.name(), impl_->schedule_for(canonical, size_hint, nullptr));
+  return impl_->kernel(canonical, g.name(), impl_->schedule_for(canonical, size_hint, nullptr),
+                       size_hint);
 }
 
 std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const std::string& name,
-                                                   const Schedule& resolved) {
+                                                   const Schedule& resolved, int64_t size_hint) {
   if (options.compile_only)
     throw Error("engine for target " + target +
                 " is compile-only (EngineOptions::compile_only): it cannot load kernel \"" + name +
@@ -213,6 +270,42 @@ std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const
     ++counters.hits;
     return it->second;
   }
+  Partition p = partition(canonical);
+  if (p.clusters.size() == 1 && p.clusters[0].kind == Cluster::Kind::Kernel)
+    return compiled_locked(canonical, name, resolved, key);
+  // Every opaque op's implementation first: a missing one fails before anything compiles.
+  std::vector<CompositeStep> steps(p.clusters.size());
+  for (size_t i = 0; i < p.clusters.size(); ++i) {
+    if (p.clusters[i].kind != Cluster::Kind::Opaque) continue;
+    const std::string& callee = p.canonical.node(p.clusters[i].nodes.at(0)).name;
+    auto it = opaque.find(callee);
+    if (it == opaque.end())
+      throw Error("graph \"" + name + "\": opaque op \"" + callee +
+                  "\" has no implementation in this engine: register one with "
+                  "Engine::register_opaque(\"" +
+                  callee + "\", fn) before Engine::kernel() (the graph runs as " +
+                  std::to_string(p.clusters.size()) + " clusters, the opaque op between kernels)");
+    steps[i].callee = callee;
+    steps[i].opaque = it->second;
+  }
+  std::vector<Part> cluster = parts(p, name, resolved, size_hint);
+  for (size_t i = 0; i < p.clusters.size(); ++i) {
+    if (p.clusters[i].kind != Cluster::Kind::Kernel) continue;
+    const Part& c = cluster[i];
+    steps[i].kernel = compiled_locked(c.canonical, p.clusters[i].graph.name(), c.resolved,
+                                      key_of(c.canonical, c.resolved));
+  }
+  auto composite = std::make_shared<CompositeKernel>(p, lower::signature(canonical), key, name,
+                                                     resolved, std::move(steps));
+  table.emplace(key, composite);
+  return composite;
+}
+
+std::shared_ptr<const Kernel> Engine::Impl::compiled_locked(const Graph& canonical,
+                                                            const std::string& name,
+                                                            const Schedule& resolved,
+                                                            const std::string& key) {
+  if (auto it = table.find(key); it != table.end()) return it->second;
   std::string fn_name = "optfuse_" + key;
   KernelSignature sig = lower::signature(canonical);
   ObjectInfo info{"kernel", name, target, signature_text(sig)};
@@ -239,16 +332,18 @@ std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const
 bool Engine::precompile(const Graph& g) {
   Graph canonical = canonicalize(g);
   return impl_->precompile(canonical, g.name(),
-                           jit::resolve_schedule(impl_->options.schedule, impl_->target));
+                           jit::resolve_schedule(impl_->options.schedule, impl_->target), -1);
 }
 
 bool Engine::precompile(const Graph& g, int64_t size_hint) {
   Graph canonical = canonicalize(g);
-  return impl_->precompile(canonical, g.name(), impl_->schedule_for(canonical, size_hint, nullptr));
+  return impl_->precompile(canonical, g.name(), impl_->schedule_for(canonical, size_hint, nullptr),
+                           size_hint);
 }
 
+// A cut graph's kernels are its clusters' (opaque ops need no implementation to compile).
 bool Engine::Impl::precompile(const Graph& canonical, const std::string& name,
-                              const Schedule& resolved) {
+                              const Schedule& resolved, int64_t size_hint) {
   std::string key = key_of(canonical, resolved);
   std::lock_guard<std::mutex> lock(mutex);
   ++counters.lookups;
@@ -256,6 +351,25 @@ bool Engine::Impl::precompile(const Graph& canonical, const std::string& name,
     ++counters.hits;
     return true;
   }
+  Partition p = partition(canonical);
+  if (p.clusters.size() == 1 && p.clusters[0].kind == Cluster::Kind::Kernel)
+    return precompiled_locked(canonical, name, resolved, key);
+  bool found = true;
+  std::vector<Part> cluster = parts(p, name, resolved, size_hint);
+  for (size_t i = 0; i < p.clusters.size(); ++i) {
+    if (p.clusters[i].kind != Cluster::Kind::Kernel) continue;
+    const Part& c = cluster[i];
+    found = precompiled_locked(c.canonical, p.clusters[i].graph.name(), c.resolved,
+                               key_of(c.canonical, c.resolved)) &&
+            found;
+  }
+  precompiled.emplace(key, true);
+  return found;
+}
+
+bool Engine::Impl::precompiled_locked(const Graph& canonical, const std::string& name,
+                                      const Schedule& resolved, const std::string& key) {
+  if (table.count(key) || precompiled.count(key)) return true;
   ObjectInfo info{"kernel", name, target, signature_text(lower::signature(canonical))};
   bool found = false;
   object(
@@ -298,9 +412,16 @@ Schedule Engine::schedule_for(const Graph& g, int64_t size_hint, bool* tuned) co
 size_t Engine::tuned_schedules() const { return impl_->db.entries().size(); }
 
 std::string Engine::lowered_stmt(const Graph& g) const {
-  return jit::lowered_stmt(canonicalize(g),
-                           jit::resolve_schedule(impl_->options.schedule, impl_->target),
-                           impl_->target);
+  const Schedule resolved = jit::resolve_schedule(impl_->options.schedule, impl_->target);
+  Partition p = partition(g);
+  if (p.clusters.size() == 1 && p.clusters[0].kind == Cluster::Kind::Kernel)
+    return jit::lowered_stmt(canonicalize(g), resolved, impl_->target);
+  std::string all;
+  for (const Cluster& c : p.clusters)
+    if (c.kind == Cluster::Kind::Kernel)
+      all += "// kernel \"" + c.graph.name() + "\"\n" +
+             jit::lowered_stmt(canonicalize(c.graph), resolved, impl_->target) + "\n";
+  return all;
 }
 
 EngineCounters Engine::counters() const {
@@ -324,6 +445,14 @@ std::vector<std::shared_ptr<const Kernel>> Engine::kernels() const {
 void Engine::set_object_store(std::shared_ptr<ObjectStore> store) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->store = std::move(store);
+}
+
+void Engine::register_opaque(const std::string& callee, OpaqueFn fn) {
+  if (!fn) throw Error("register_opaque(\"" + callee + "\"): the implementation is empty");
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (!impl_->opaque.emplace(callee, std::move(fn)).second)
+    throw Error("register_opaque(\"" + callee + "\"): opaque op \"" + callee +
+                "\" already has an implementation in this engine");
 }
 
 }  // namespace optfuse
