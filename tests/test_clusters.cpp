@@ -158,7 +158,7 @@ TEST(Clusters, AnOutputWrittenBeforeTheCutIsRecomputedAfterIt) {
   ASSERT_EQ(kinds(p), (std::vector<Cluster::Kind>{K, K}));
   const Graph& stats = p.clusters[0].graph;
   ASSERT_EQ(stats.outputs().size(), 1u);
-  EXPECT_EQ(stats.outputs()[0].replaces, "m");  // written in place by the first kernel...
+  EXPECT_EQ(stats.outputs()[0].replaces, "m");        // written in place by the first kernel...
   EXPECT_GE(p.clusters[1].graph.find_input("m"), 0);  // ...and read again by the second
   EXPECT_EQ(whys(p, Verdict::Cut), std::vector<Why>{Why::ReductionCut});
   // m' (and what reads it) is computed in both kernels: recomputed, never passed in memory.
@@ -170,8 +170,8 @@ TEST(Clusters, AnOutputWrittenBeforeTheCutIsRecomputedAfterIt) {
 TEST(Clusters, OpaqueOpSplitsTheGraphAroundIt) {
   Partition p = partition(parse(kOpaque));
   ASSERT_EQ(kinds(p), (std::vector<Cluster::Kind>{K, O, K}));
-  EXPECT_EQ(whys(p, Verdict::Cut), (std::vector<Why>{Why::OpaqueConsumer, Why::OpaqueProducer,
-                                                     Why::OpaqueProducer}));
+  EXPECT_EQ(whys(p, Verdict::Cut),
+            (std::vector<Why>{Why::OpaqueConsumer, Why::OpaqueProducer, Why::OpaqueProducer}));
   // Do not fuse across it; the reduction after it is the last kernel's prologue.
   EXPECT_THAT(explain(p), HasSubstr("fuse  %7 reduce_sum -> %8 rsqrt: whole-tensor reduction"));
   EXPECT_EQ(p.clusters[0].graph.outputs()[0].replaces, "%4");
@@ -182,8 +182,8 @@ TEST(Clusters, ReductionNeededAfterAnOpaqueOpCrossesAsAScalar) {
   Partition p = partition(parse(kAcross));
   ASSERT_EQ(kinds(p), (std::vector<Cluster::Kind>{K, O, O, K}));
   const Graph& last = p.clusters[3].graph;
-  EXPECT_GE(last.find_scalar("%5"), 0);  // the uniform opaque result
-  EXPECT_GE(last.find_input("%7"), 0);   // the tensor opaque result
+  EXPECT_GE(last.find_scalar("%5"), 0);                 // the uniform opaque result
+  EXPECT_GE(last.find_input("%7"), 0);                  // the tensor opaque result
   EXPECT_EQ(p.clusters[0].graph.results().size(), 2u);  // "%4" for the opaque op, and local_sumsq
 }
 
