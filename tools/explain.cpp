@@ -3,7 +3,8 @@
 // spec (`--spec`): the idioms matched and the host scalars, the canonical graph, the fusion
 // clusters in execution order with the reason for every fuse / cut / recompute decision, each
 // kernel's key for the target (for a spec, the keys `optfuse warmup` compiles: the same schedules
-// by the same rule, --schedules), and with --stmt Halide's lowered statement of each kernel.
+// by the same rule, --schedules), how Engine::kernel runs it (one kernel, or the clusters in
+// order behind one Kernel: engine.h), and with --stmt Halide's lowered statement of each kernel.
 // --json prints all of it as one JSON document.
 #include <fstream>
 #include <iostream>
@@ -72,6 +73,9 @@ json analyse(const Graph& source, const Engine& engine, bool stmt) {
                          {"consumer", d.consumer},
                          {"reason", d.reason}});
   return {{"name", source.name()},
+          {"key", engine.kernel_key(n.graph)},
+          {"kernels", p.kernels()},
+          {"opaque_calls", p.clusters.size() - static_cast<size_t>(p.kernels())},
           {"idioms", n.idioms},
           {"host_scalars", host},
           {"canonical", print(n.graph)},
@@ -92,6 +96,15 @@ void print_analysis(const json& a, const Engine& engine, std::ostream& out) {
       out << "\n--- lowered statement of \"" << c["name"].get<std::string>() << "\" ---\n"
           << c["stmt"].get<std::string>() << "\n";
   }
+  // What Engine::kernel returns for this graph (engine.h): the same clusters.
+  const int kernels = a["kernels"].get<int>(), opaque = a["opaque_calls"].get<int>();
+  if (kernels == 1 && opaque == 0) {
+    out << "compiled as 1 kernel (key " << a["key"].get<std::string>() << ")\n";
+    return;
+  }
+  out << "compiled as " << kernels << " kernels";
+  if (opaque) out << " and " << opaque << " opaque call(s) (Engine::register_opaque)";
+  out << ", run in the order above as one Kernel (key " << a["key"].get<std::string>() << ")\n";
 }
 
 json explain_spec(const ModelSpec& spec, const Engine& engine, const ExplainOptions& o) {
