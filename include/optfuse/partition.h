@@ -1,5 +1,7 @@
 #pragma once
 // Partitioning: a graph -> fusion clusters, one kernel each, every decision with its reason.
+// Engine::kernel compiles exactly these clusters (engine.h): one cluster is one kernel, several
+// run in order behind one Kernel, which passes the "%N" values below from cluster to cluster.
 //
 //   Partition p = partition(graph);
 //   for (const Cluster& c : p.clusters) ...   // in execution order

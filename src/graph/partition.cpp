@@ -152,7 +152,9 @@ class Partitioner {
     } else if (boundary) {
       result = out.scalar(ref(id), n.dtype).id();
     } else if (n.op == Op::Input) {
-      result = out.input(n.role, n.name, n.dtype).id();
+      // Declared already when an earlier root's output replaces it (kernel_cluster).
+      const NodeId declared = out.find_input(n.name);
+      result = declared >= 0 ? declared : out.input(n.role, n.name, n.dtype).id();
     } else if (n.op == Op::Scalar) {
       result = out.scalar(n.name, n.dtype).id();
     } else {
