@@ -71,6 +71,13 @@ void check_cluster(const Cluster& c, const std::string& graph) {
                 "yet (`optfuse explain` shows the cluster)");
 }
 
+// Whether `p` is compiled as one kernel of the whole graph: one kernel cluster, or none (a graph
+// without outputs or results, which lowering refuses with its own message).
+bool one_kernel(const Partition& p) {
+  return p.clusters.empty() ||
+         (p.clusters.size() == 1 && p.clusters[0].kind == Cluster::Kind::Kernel);
+}
+
 int resolve_threads(int requested) {
   if (requested > 0) return requested;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -271,8 +278,7 @@ std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const
     return it->second;
   }
   Partition p = partition(canonical);
-  if (p.clusters.size() == 1 && p.clusters[0].kind == Cluster::Kind::Kernel)
-    return compiled_locked(canonical, name, resolved, key);
+  if (one_kernel(p)) return compiled_locked(canonical, name, resolved, key);
   // Every opaque op's implementation first: a missing one fails before anything compiles.
   std::vector<CompositeStep> steps(p.clusters.size());
   for (size_t i = 0; i < p.clusters.size(); ++i) {
@@ -352,8 +358,7 @@ bool Engine::Impl::precompile(const Graph& canonical, const std::string& name,
     return true;
   }
   Partition p = partition(canonical);
-  if (p.clusters.size() == 1 && p.clusters[0].kind == Cluster::Kind::Kernel)
-    return precompiled_locked(canonical, name, resolved, key);
+  if (one_kernel(p)) return precompiled_locked(canonical, name, resolved, key);
   bool found = true;
   std::vector<Part> cluster = parts(p, name, resolved, size_hint);
   for (size_t i = 0; i < p.clusters.size(); ++i) {
@@ -414,8 +419,7 @@ size_t Engine::tuned_schedules() const { return impl_->db.entries().size(); }
 std::string Engine::lowered_stmt(const Graph& g) const {
   const Schedule resolved = jit::resolve_schedule(impl_->options.schedule, impl_->target);
   Partition p = partition(g);
-  if (p.clusters.size() == 1 && p.clusters[0].kind == Cluster::Kind::Kernel)
-    return jit::lowered_stmt(canonicalize(g), resolved, impl_->target);
+  if (one_kernel(p)) return jit::lowered_stmt(canonicalize(g), resolved, impl_->target);
   std::string all;
   for (const Cluster& c : p.clusters)
     if (c.kind == Cluster::Kind::Kernel)
