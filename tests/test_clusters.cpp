@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "engine/composite.h"
@@ -311,10 +312,13 @@ TEST(ClustersRun, OpaqueResultReachesTheNextKernel) {
 constexpr const char* kHalvedSgd = "sgd_halved_grad";
 
 // The Optimizer calls a cut graph's Kernel as it calls any other: an SGD whose gradient goes
-// through an opaque op that halves it steps like plain SGD at half the learning rate.
+// through an opaque op that halves it steps like plain SGD at half the learning rate, for a small
+// tensor (one call) and a large one (slices on several threads, each with its opaque call).
 TEST(ClustersRun, OptimizerRunsACutGraphLikeAnyKernel) {
   Engine engine(testing::memory_only());
-  engine.register_opaque("halve", [](const OpaqueCall& c) {
+  std::atomic<int64_t> halved_elements{0};
+  engine.register_opaque("halve", [&](const OpaqueCall& c) {
+    halved_elements += c.n;
     for (int64_t i = 0; i < c.n; ++i)
       static_cast<float*>(c.out)[i] = 0.5f * static_cast<const float*>(c.in)[i];
   });
@@ -328,22 +332,26 @@ TEST(ClustersRun, OptimizerRunsACutGraphLikeAnyKernel) {
     return g;
   };
   register_optimizer(def);
-  const size_t n = 1000;
-  std::vector<float> pa(n), ga(n), pb(n), gb(n);
-  for (size_t i = 0; i < n; ++i) pa[i] = pb[i] = float(testing::gen(5, i));
-  auto halved = Optimizer::create(engine, {{"type", kHalvedSgd}, {"lr", 0.1}});
-  auto plain = Optimizer::create(engine, {{"type", "sgd"}, {"lr", 0.05}});
-  halved->add_param_group({{{pa.data(), int64_t(n), {}}, {ga.data(), int64_t(n), {}}, "w"}});
-  plain->add_param_group({{{pb.data(), int64_t(n), {}}, {gb.data(), int64_t(n), {}}, "w"}});
-  for (int step = 0; step < 3; ++step) {
-    for (size_t i = 0; i < n; ++i) ga[i] = gb[i] = float(testing::gen(100 + step, i));
-    halved->step();
-    plain->step();
+  for (size_t n : {size_t(1000), (size_t(1) << 22) + 3}) {
+    SCOPED_TRACE(n);
+    std::vector<float> pa(n), ga(n), pb(n), gb(n);
+    for (size_t i = 0; i < n; ++i) pa[i] = pb[i] = float(testing::gen(5, i));
+    auto halved = Optimizer::create(engine, {{"type", kHalvedSgd}, {"lr", 0.1}});
+    auto plain = Optimizer::create(engine, {{"type", "sgd"}, {"lr", 0.05}});
+    halved->add_param_group({{{pa.data(), int64_t(n), {}}, {ga.data(), int64_t(n), {}}, "w"}});
+    plain->add_param_group({{{pb.data(), int64_t(n), {}}, {gb.data(), int64_t(n), {}}, "w"}});
+    halved_elements = 0;
+    for (int step = 0; step < 3; ++step) {
+      for (size_t i = 0; i < n; ++i) ga[i] = gb[i] = float(testing::gen(100 + step, i));
+      halved->step();
+      plain->step();
+    }
+    EXPECT_EQ(halved_elements.load(), int64_t(3 * n));  // every element, once a step
+    // Halving is exact in binary, so 0.1f * (g / 2) and 0.05f * g are the same product; 2.5e-7
+    // (2 ulp at |p| < 2) allows for a contraction into an FMA in one kernel and not the other.
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(pa[i], pb[i], 2.5e-7) << i;
+    EXPECT_NE(pa[0], float(testing::gen(5, 0)));  // it stepped
   }
-  // Halving is exact in binary, so 0.1f * (g / 2) and 0.05f * g are the same product; 1e-7
-  // allows for a contraction into an FMA in one kernel and not the other.
-  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(pa[i], pb[i], 1e-7) << i;
-  EXPECT_NE(pa[0], float(testing::gen(5, 0)));  // it stepped
 }
 
 // ---- Errors -----------------------------------------------------------------------------------

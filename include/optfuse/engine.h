@@ -16,6 +16,7 @@
 // runs the clusters' kernels in order: a reduction's value passes to the next kernel as a host
 // double (its "%N" scalar), a tensor crossing an opaque op through a temporary it allocates, and
 // an input a later kernel still reads is copied before an earlier one overwrites it in place.
+// Such a Kernel takes host pointers only for now (a device call is an Error saying so).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -86,10 +87,11 @@ CacheOptions engine_cache_options(const std::string& dir);
 // One call of an opaque op's implementation (ops.def: `opaque "callee"` names an external
 // computation, e.g. an all-reduce or a user callback; register it with Engine::register_opaque).
 // It runs on the calling thread between the kernel before it and the kernel after it, on host
-// memory; calls for different tensors may run at once (the Optimizer spreads small tensors over
-// threads), so an implementation must be safe to call concurrently. A tensor operand is the graph's
-// input or a temporary the kernel before it wrote; a uniform operand (a reduction's value, a
-// scalar) comes as one double (n = 1, dtype F64).
+// memory. Calls may run at once, and cover part of a tensor: the Optimizer spreads small tensors
+// over threads and runs a large one without whole-tensor reductions as slices on several (`in`
+// and `out` then point at the slice), so an implementation must be safe to call concurrently. A
+// tensor operand is the graph's input or a temporary the kernel before it wrote; a uniform operand
+// (a reduction's value, a scalar) comes as one double (n = 1, dtype F64).
 struct OpaqueCall {
   std::string_view callee;
   const void* in;  // the operand: n elements of dtype

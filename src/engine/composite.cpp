@@ -235,6 +235,7 @@ void CompositeKernel::run(const KernelCall& call) const {
     KernelCall sub;
     sub.n = call.n;
     sub.cols = call.cols;
+    sub.serial = call.serial;
     for (const Source& s : plan.inputs) sub.inputs.push_back(tensor(s));
     for (const Source& s : plan.scalars) sub.scalars.push_back(uniform(s));
     for (const Source& s : plan.outputs) sub.outputs.push_back(tensor(s));
