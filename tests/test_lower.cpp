@@ -119,6 +119,7 @@ bool domain_of(Op op, Domain* d) {
     case Op::Ne:
     case Op::Select:
     case Op::Cast:
+    case Op::Strict:
     case Op::RoundSR:
     case Op::IsFinite:
       *d = {-1, 1, -1, 1};

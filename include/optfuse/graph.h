@@ -182,6 +182,8 @@ Value exp(Value a);
 Value log(Value a);
 Value select(Value cond, Value if_true, Value if_false);
 Value cast(Value a, DType to);
+// `a` itself, computed without fusion into its users' multiply-adds (ops.def).
+Value strict(Value a);
 // Stochastic rounding of an f32 tensor to bf16 (ops.def): rounds |x| up with probability equal
 // to the fraction of a bf16 ulp it lies above the value below, so E[round_sr(x)] = x; NaN stays
 // NaN. `key` is a uniform f64 integer in [0, 2^32) (e.g. a hash of seed and step): same key, same

@@ -107,6 +107,8 @@ double eval_op(Op op, DType t, const double* a) {
       return std::isfinite(a[0]) ? 1.0 : 0.0;
     case Op::Cast:
       return round_to_dtype(a[0], t);
+    case Op::Strict:
+      return a[0];
     case Op::RoundSR:
       internal_error("eval_op: round_sr depends on the element index (use round_sr())");
     case Op::Opaque:

@@ -303,6 +303,7 @@ Value select(Value cond, Value if_true, Value if_false) {
 Value cast(Value a, DType to) { return build(Op::Cast, {a}, to); }
 Value round_sr(Value x, Value key) { return build(Op::RoundSR, {x, key}); }
 Value is_finite(Value a) { return build(Op::IsFinite, {a}); }
+Value strict(Value a) { return build(Op::Strict, {a}); }
 
 Value opaque(const std::string& callee, Value a) {
   if (!a.valid()) throw Error("opaque: operand 1 is not a built value");

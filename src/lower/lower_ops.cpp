@@ -107,6 +107,10 @@ Expr lower_f32_or_wider(Op op, const std::vector<Expr>& a, Precision p) {
     }
     case Op::Cast:
       return a[0];  // the caller converts to the result dtype
+    case Op::Strict:
+      // Halide then compiles the module with per-instruction fast-math flags, and this operand's
+      // ops without them, so LLVM fuses no multiply-add across it.
+      return Halide::strict_float(a[0]);
     case Op::RoundSR:
       internal_error("lower_op: round_sr needs the element index (round_sr_bf16)");
     case Op::Opaque:
