@@ -76,9 +76,10 @@ int optfuse_optimizer_add_group(optfuse_optimizer* opt, size_t n, float* const* 
 typedef enum { OPTFUSE_F32 = 0, OPTFUSE_BF16 = 1, OPTFUSE_F16 = 2 } optfuse_dtype;
 
 /* As optfuse_optimizer_add_group, with every param of the group in param_dtype and every grad in
- * grad_dtype. A 16-bit param gets an f32 master copy inside the optimizer; per-group options
- * "state_dtype" ("f32" or "bf16"), "stochastic_rounding" (bf16 params) and "rounding_seed" go in
- * overrides_json (or the optimizer config). */
+ * grad_dtype. A 16-bit param gets an f32 master copy inside the optimizer unless the group says
+ * "master_weights": false (torch's way: no copy, state in the param's dtype; see optim.h); the
+ * per-group options "state_dtype" ("f32" or "bf16"), "master_weights", "stochastic_rounding"
+ * (bf16 params) and "rounding_seed" go in overrides_json (or the optimizer config). */
 int optfuse_optimizer_add_group_typed(optfuse_optimizer* opt, size_t n, void* const* params,
                                       optfuse_dtype param_dtype, void* const* grads,
                                       optfuse_dtype grad_dtype, const int64_t* numels,

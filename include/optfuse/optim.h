@@ -62,6 +62,18 @@ using Options = nlohmann::json;  // torch.optim option names -> values, e.g. {"l
 // saved with the state); each step is ONE kernel pass that reads master and grad, computes in
 // f32, and writes master, state and the param rounded to its dtype. Group options:
 //   "state_dtype": "f32" | "bf16"    optimizer state stored in bf16 (computed in f32, stored RNE)
+//   "master_weights": bool           default true. false: torch's way with 16-bit params (what
+//                                    torch.optim.AdamW(fused=True) does): no master copy, the
+//                                    kernel reads the param itself, the state is stored in the
+//                                    param's dtype (bf16 or f16, whatever state_dtype says;
+//                                    "bf16" with f16 params is an error), each value computed in
+//                                    f32 and rounded once (RNE). AdamW bf16: 14 B/element instead
+//                                    of 28 (20 with bf16 state). Adam and AdamW then give torch's
+//                                    fused bits exactly. Updates below half a 16-bit ulp of the
+//                                    param are lost, which the master copy keeps: the default
+//                                    suits training from scratch, false matches torch runs and
+//                                    saves memory and time. No effect on f32 params; not yet on
+//                                    device tensors.
 //   "stochastic_rounding": bool      bf16 params rounded stochastically instead of to nearest
 //                                    even (unbiased; reproducible: same seed + step -> same bits)
 //   "rounding_seed": integer         in [0, 2^32), the seed of those roundings
@@ -245,7 +257,8 @@ class Optimizer {
   // Per-tensor state, as torch names it ("exp_avg", "momentum_buffer", "sum", "square_avg",
   // "grad_avg", "exp_inf", ...); null if absent. NAdam's scalar mu_product is kept on the host.
   // f32 state only (the master copy of a 16-bit param is "master"); bf16 state (state_dtype
-  // "bf16") is in state_bf16() as raw bits, and state_values() widens either kind to f32.
+  // "bf16", or bf16 params without master weights) is in state_bf16() as raw bits, f16 state (f16
+  // params without master weights) in state_ref() only, and state_values() widens any to f32.
   const std::vector<float>* state(size_t group, size_t index, const std::string& name) const;
   const std::vector<uint16_t>* state_bf16(size_t group, size_t index,
                                           const std::string& name) const;
@@ -269,7 +282,8 @@ class Optimizer {
   // save_state / load_state refuse an optimizer with caller-owned state (its owner saves it).
   struct StateSpec {
     std::string name;  // torch's state name ("exp_avg", ...; "master" for 16-bit params)
-    DType dtype;       // the buffer's dtype (state_dtype, f32 for "master")
+    DType dtype;       // the buffer's dtype (state_dtype, or the param's without master
+                       // weights; f32 for "master")
     double initial;    // the value a new buffer holds (rounded to dtype once)
     bool from_param;   // a new buffer holds the param's values instead (the master copy)
   };

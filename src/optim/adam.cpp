@@ -11,9 +11,21 @@
 // grad_centralization (MindSpore's option; Yong et al. 2020): for tensors with >= 2 dims, g -=
 // its mean over all dims but the first, after L2 weight decay (the GC paper's Adam_GC order).
 // Structure (compiled in): AMSGrad or not, GC or not; Adam vs AdamW is a different graph.
+//
+// Without master weights (16-bit params updated in their own dtype, precision.h) the graph is
+// written in the op order of the vector loop of torch's fused CPU kernel
+// (pytorch's aten/src/ATen/native/cpu/FusedAdamKernel.cpp, adam_math for Half / BFloat16:
+// everything in f32, each stored value rounded once):
+//   p = p * (1 - lr * weight_decay)           (AdamW; rounded before the step is added)
+//   v = (1 - beta2) * g * g + v * beta2       (torch's binary contracts it as fma(c*g, g, v*beta2);
+//                                              here an f64 multiply-add of the f32 products)
+//   denom = sqrt(v) / sqrt(1 - beta2^t) + eps  (a divide, not a multiply by the reciprocal)
+//   p = p + (-step_size * m) / denom
+// so that the rounded params and moments are torch's bits (tests/python/test_master_weights.py).
 #include <cmath>
 
 #include "optim/adam_family.h"
+#include "optim/grad_centralization.h"
 #include "optim/rule.h"
 
 namespace optfuse::optim {
@@ -59,6 +71,39 @@ class Adam final : public UpdateRule {
     return gr;
   }
 
+  Graph unmastered_graph(const Options& h) const override {
+    bool amsgrad = h.at("amsgrad").get<bool>();
+    bool gc = h.value("grad_centralization", false);
+    Graph gr(type_ + (amsgrad ? "_amsgrad" : "") + (gc ? "_gc" : "") + "_torch_order");
+    Value p = gr.param("param"), m = gr.state("exp_avg"), v = gr.state("exp_avg_sq");
+    Value g = gr.scalar("grad_sign") * gr.grad("grad");
+    if (decoupled_) {
+      p = strict(p * gr.scalar("decay"));  // torch rounds it before the step is added
+    } else {
+      g = g + p * gr.scalar("weight_decay");
+    }
+    if (gc) g = centralized(g);
+    Value m_new = m + gr.scalar("one_minus_beta1") * (g - m);
+    // torch's fma((1 - beta2) g, g, v beta2), the two inner products rounded in f32. In f32 LLVM
+    // rewrites (c g) g as (g g) c (a reassociation rule that looks at the outer multiply only),
+    // so the multiply-add is done in f64: the product of two f32 values is exact there, and the
+    // sum is rounded to f64 then to f32, which differs from one rounding only where the f64
+    // result is an f32 tie that the exact sum is not (about once in 2^28 values).
+    Value cg = strict(gr.scalar("one_minus_beta2") * g), vb = strict(v * gr.scalar("beta2"));
+    Value v_new =
+        cast(cast(cg, DType::F64) * cast(g, DType::F64) + cast(vb, DType::F64), DType::F32);
+    gr.output("exp_avg", m_new);
+    gr.output("exp_avg_sq", v_new);
+    Value v_used = v_new;
+    if (amsgrad) {
+      v_used = max(gr.state("max_exp_avg_sq"), v_new);
+      gr.output("max_exp_avg_sq", v_used);
+    }
+    Value denom = sqrt(v_used) / gr.scalar("bias_correction2_sqrt") + gr.scalar("eps");
+    gr.output("param", p + (gr.scalar("neg_step_size") * m_new) / denom);
+    return gr;
+  }
+
   std::vector<std::string> state_names(const Options& h) const override {
     if (h.at("amsgrad").get<bool>()) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
     return {"exp_avg", "exp_avg_sq"};
@@ -78,6 +123,8 @@ class Adam final : public UpdateRule {
     double bias_correction2 = 1.0 - std::pow(b2, step);
     (*out)["step_size"] = lr / bias_correction1;
     (*out)["inv_bias_correction2_sqrt"] = 1.0 / std::sqrt(bias_correction2);
+    (*out)["bias_correction2_sqrt"] = std::sqrt(bias_correction2);  // (unmastered_graph's)
+    (*out)["neg_step_size"] = -(lr / bias_correction1);
   }
 
  private:

@@ -80,6 +80,9 @@ void check_device_group(Memory m, const UpdateRule& rule, const Options& options
   if (m != Memory::Cuda) return;
   if (options.value("grad_centralization", false))
     throw Error(where + ": " + not_yet("grad_centralization (it needs a GPU row reduction)"));
+  if (!options.value("master_weights", true))
+    throw Error(where + ": " +
+                not_yet("master_weights false (16-bit state buffers are host-only so far)"));
   if (has_reductions(rule.graph(options)))
     throw Error(where + ": " +
                 not_yet(rule.type() + " (its update reduces over tensors, e.g. "

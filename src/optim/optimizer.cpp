@@ -73,8 +73,9 @@ void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
                   [](const Impl::Tensor& t) { return t.kernel; }))
     return;
   auto graph_for = [&](const Options& options) {
-    return optim::apply_precision(optim::with_grad_prologue(impl.rule->graph(options), prologue),
-                                  precision);
+    return optim::apply_precision(
+        optim::with_grad_prologue(optim::rule_graph(*impl.rule, options, precision), prologue),
+        precision);
   };
   Options plain = g.options;
   if (plain.value("grad_centralization", false)) plain["grad_centralization"] = false;
@@ -336,7 +337,12 @@ static void update(Impl& impl) {
   }
   for (auto& g : impl_->groups)
     for (auto& t : g.tensors)
-      if (t.epoch != g.epoch) bind_state(t, g);
+      if (t.epoch != g.epoch) {
+        // Without master weights the param is the value: a copy kept from before would be stale
+        // if master weights were turned on again.
+        if (g.precision.unmastered()) t.state.erase(optim::kMasterState);
+        bind_state(t, g);
+      }
   // Host state: a tensor that has none yet (its first step) starts with the rule's initial one.
   const optim::HostState initial_host = impl_->rule->initial_host_state();
   for (auto& g : impl_->groups)

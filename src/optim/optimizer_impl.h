@@ -20,10 +20,15 @@ namespace optfuse {
 struct Optimizer::Impl {
   struct Tensor {
     ParamRef ref;
-    int64_t step = 0;                                      // torch's state['step']
-    std::map<std::string, std::vector<float>> state;       // created lazily at the first step
-    optim::HostState host;                                 // the rule's per-tensor host state
-    std::map<std::string, std::vector<uint16_t>> state16;  // bf16 state (state_dtype "bf16")
+    int64_t step = 0;                                 // torch's state['step']
+    std::map<std::string, std::vector<float>> state;  // created lazily at the first step
+    optim::HostState host;                            // the rule's per-tensor host state
+    // 16-bit state: bf16 (state_dtype "bf16"), or the param's dtype without master weights.
+    struct Buffer16 {
+      DType dtype = DType::BF16;
+      std::vector<uint16_t> bits;
+    };
+    std::map<std::string, Buffer16> state16;
     // Device tensors: all their state, f32 and bf16, on the device (state and state16 stay
     // empty). Shared so that copies of a Tensor (set() checks a changed copy) share the memory.
     std::map<std::string, std::shared_ptr<optim::DeviceBuffer>> device;

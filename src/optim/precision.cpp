@@ -7,6 +7,7 @@
 #include "optfuse/error.h"
 #include "optim/grad_prologue.h"
 #include "optim/options.h"
+#include "optim/rule.h"
 
 namespace optfuse::optim {
 
@@ -16,11 +17,14 @@ const char* const kRoundingKey = "rounding_key";
 std::string Precision::str() const {
   return std::string("param=") + std::string(dtype_name(param)) +
          ",grad=" + std::string(dtype_name(grad)) + ",state=" + std::string(dtype_name(state)) +
-         ",sr=" + (stochastic ? "1" : "0");
+         ",sr=" + (stochastic ? "1" : "0") + (unmastered() ? ",master=0" : "");
 }
 
 Options precision_defaults() {
-  return {{"state_dtype", "f32"}, {"stochastic_rounding", false}, {"rounding_seed", 0}};
+  return {{"state_dtype", "f32"},
+          {"master_weights", true},
+          {"stochastic_rounding", false},
+          {"rounding_seed", 0}};
 }
 
 Options with_precision_defaults(Options rule_defaults) {
@@ -35,6 +39,7 @@ void validate_precision(const Options& h, const std::string& where) {
     throw Error(where + ": option 'state_dtype' must be \"f32\" or \"bf16\", got " +
                 message_text(sd));
   flag(h, "stochastic_rounding", where);
+  flag(h, "master_weights", where);
   double seed = number(h, "rounding_seed", where);
   if (seed < 0 || seed >= 4294967296.0 || seed != std::floor(seed))
     throw Error(where + ": option 'rounding_seed' must be an integer in [0, 2^32), got " +
@@ -53,9 +58,17 @@ Precision group_precision(const Options& h, DType param, DType grad, const std::
   p.grad = grad;
   p.state = h.at("state_dtype") == "bf16" ? DType::BF16 : DType::F32;
   p.stochastic = h.at("stochastic_rounding").get<bool>();
+  p.master = h.at("master_weights").get<bool>();
   if (p.stochastic && param != DType::BF16)
     throw Error(where + ": stochastic_rounding needs bf16 params, the params are " +
                 std::string(dtype_name(param)));
+  if (p.unmastered()) {
+    if (p.state == DType::BF16 && param != DType::BF16)
+      throw Error(where + ": state_dtype \"bf16\" with master_weights false and " +
+                  std::string(dtype_name(param)) +
+                  " params: without master weights the state is stored in the params' dtype");
+    p.state = param;
+  }
   return p;
 }
 
@@ -76,7 +89,9 @@ class PrecisionRewriter {
  private:
   static std::string name(const Graph& in, const Precision& p) {
     std::string s = in.name();
-    if (p.has_master()) s += "_" + std::string(dtype_name(p.param)) + (p.stochastic ? "sr" : "");
+    if (p.param != DType::F32)
+      s += "_" + std::string(dtype_name(p.param)) + (p.stochastic ? "sr" : "") +
+           (p.master ? "" : "nm");
     if (p.grad != DType::F32) s += "_g" + std::string(dtype_name(p.grad));
     if (p.state != DType::F32) s += "_s" + std::string(dtype_name(p.state));
     return s;
@@ -91,9 +106,10 @@ class PrecisionRewriter {
       internal_error("precision: rule graph input '" + n.name + "' is not f32");
     switch (n.role) {
       case Role::Param:
-        if (!p_.has_master()) break;
+        if (p_.param == DType::F32) break;
         if (!param_name_.empty()) internal_error("precision: rule graph has two params");
         param_name_ = n.name;
+        if (p_.unmastered()) return widened(out_.param(n.name, p_.param));
         out_.param(n.name, p_.param);  // written only
         return out_.state(kMasterState, DType::F32).id();
       case Role::Grad:
@@ -111,7 +127,7 @@ class PrecisionRewriter {
 
   void store(const Output& o, Value v) {
     if (o.replaces == param_name_) {
-      out_.output(kMasterState, v);
+      if (p_.has_master()) out_.output(kMasterState, v);
       Value low =
           p_.stochastic ? round_sr(v, out_.scalar(kRoundingKey, DType::F64)) : cast(v, p_.param);
       out_.output(o.replaces, low);
@@ -125,7 +141,7 @@ class PrecisionRewriter {
   const Graph& in_;
   const Precision& p_;
   Graph out_;
-  std::string param_name_;  // the rule's param input, when it gets a master copy
+  std::string param_name_;  // the rule's param input, when it is 16-bit
 };
 
 }  // namespace
@@ -138,8 +154,12 @@ Graph master_copy_graph(DType param) {
   return gr;
 }
 
+Graph rule_graph(const UpdateRule& rule, const Options& h, const Precision& p) {
+  return p.unmastered() ? rule.unmastered_graph(h) : rule.graph(h);
+}
+
 Graph apply_precision(const Graph& rule_graph, const Precision& p) {
-  if (!p.has_master() && p.grad == DType::F32 && p.state == DType::F32) return rule_graph;
+  if (p.param == DType::F32 && p.grad == DType::F32 && p.state == DType::F32) return rule_graph;
   return PrecisionRewriter(rule_graph, p).run();
 }
 
@@ -182,6 +202,29 @@ uint16_t to_bf16_bits(float x) {
   if (std::isnan(x)) return static_cast<uint16_t>((b >> 16) | 0x40);  // stays a (quiet) NaN
   b += 0x7fffu + ((b >> 16) & 1u);  // round to nearest, ties to even
   return static_cast<uint16_t>(b >> 16);
+}
+
+uint16_t to_f16_bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  const uint16_t sign = static_cast<uint16_t>((b >> 16) & 0x8000u);
+  const uint32_t abs = b & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN: a quiet NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to 65520 or more: inf
+  if (abs < 0x38800000u) {                        // below 2^-14: an f16 subnormal or zero
+    // x * 2^24 rounded to an integer (ties to even) is the subnormal's fraction.
+    float scaled = std::fabs(x) * 16777216.0f;  // exact: a power-of-two scale
+    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+  }
+  // A normal f16: drop 13 fraction bits, round to nearest even; a carry may bump the exponent.
+  uint32_t r = abs + 0xfffu + ((abs >> 13) & 1u);
+  return sign | static_cast<uint16_t>((r - 0x38000000u) >> 13);
+}
+
+uint16_t to_16bit(float x, DType t) {
+  if (t == DType::BF16) return to_bf16_bits(x);
+  if (t == DType::F16) return to_f16_bits(x);
+  internal_error("to_16bit: dtype " + std::string(dtype_name(t)) + " is not 16-bit");
 }
 
 float from_bf16_bits(uint16_t h) {

@@ -36,6 +36,11 @@ class UpdateRule {
   // A short text that differs exactly when the graph would (e.g. "amsgrad=1").
   virtual std::string structure(const Options& h) const = 0;
   virtual Graph graph(const Options& h) const = 0;
+  // The graph for 16-bit params without master weights ("master_weights": false, precision.h):
+  // the same update as graph() in real arithmetic, with its f32 ops in the order of the rule's
+  // torch fused twin where it has one, so that the values rounded once to the param's dtype are
+  // torch's. Same inputs, outputs and scalars as graph(). Default: graph(h).
+  virtual Graph unmastered_graph(const Options& h) const { return graph(h); }
   virtual std::vector<std::string> state_names(const Options& h) const = 0;
   // Every state name this optimizer can have under any structure (for checking state files).
   virtual std::vector<std::string> all_state_names() const = 0;

@@ -75,22 +75,30 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
     if (bound_as(t, name, want, who)) continue;
     auto f32 = t.state.find(name);
     auto b16 = t.state16.find(name);
-    if (want == DType::F32 ? f32 != t.state.end() : b16 != t.state16.end()) continue;
+    if (want == DType::F32 ? f32 != t.state.end()
+                           : b16 != t.state16.end() && b16->second.dtype == want)
+      continue;
     PendingState p{&t, name, want, {}, {}, nullptr};
     if (name == kMasterState) {
       p.f32 = widen_to_f32(t.ref.param.data, t.ref.param.dtype, t.ref.param.numel);
-    } else if (want == DType::F32 && b16 != t.state16.end()) {
-      p.f32.resize(n);
-      for (size_t i = 0; i < n; ++i) p.f32[i] = from_bf16_bits(b16->second[i]);
-    } else if (want == DType::BF16 && f32 != t.state.end()) {
+    } else if (b16 != t.state16.end()) {  // held in another 16-bit dtype or wanted in f32
+      std::vector<float> wide =
+          widen_to_f32(b16->second.bits.data(), b16->second.dtype, static_cast<int64_t>(n));
+      if (want == DType::F32) {
+        p.f32 = std::move(wide);
+      } else {
+        p.bf16.resize(n);
+        for (size_t i = 0; i < n; ++i) p.bf16[i] = to_16bit(wide[i], want);
+      }
+    } else if (want != DType::F32 && f32 != t.state.end()) {
       p.bf16.resize(n);
-      for (size_t i = 0; i < n; ++i) p.bf16[i] = to_bf16_bits(f32->second[i]);
+      for (size_t i = 0; i < n; ++i) p.bf16[i] = to_16bit(f32->second[i], want);
     } else {
       auto fill = static_cast<float>(rule.initial_state_value(g.options, name));
       if (want == DType::F32)
         p.f32.assign(n, fill);
       else
-        p.bf16.assign(n, to_bf16_bits(fill));
+        p.bf16.assign(n, to_16bit(fill, want));
     }
     out->push_back(std::move(p));
   }
@@ -149,7 +157,7 @@ void install(PendingState& p) {
     p.tensor->state[p.name] = std::move(p.f32);
   } else {
     p.tensor->state.erase(p.name);
-    p.tensor->state16[p.name] = std::move(p.bf16);
+    p.tensor->state16[p.name] = {p.dtype, std::move(p.bf16)};
   }
 }
 
@@ -161,7 +169,9 @@ void* state_pointer(Impl::Tensor& t, const std::string& name, DType dtype) {
     return b.data();
   }
   if (dtype == DType::F32) return t.state.at(name).data();
-  return t.state16.at(name).data();
+  auto& b = t.state16.at(name);
+  if (b.dtype != dtype) internal_error("state '" + name + "' has another 16-bit dtype");
+  return b.bits.data();
 }
 
 int64_t bytes_per_step(int64_t numel, const Precision& p, int64_t states) {

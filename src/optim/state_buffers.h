@@ -29,8 +29,8 @@ struct PendingState {
 };
 
 // Appends the buffers `t` lacks for group `g`'s kernel: the master copy from the param's values,
-// rule state filled with its initial value, and state held in the other dtype (state_dtype was
-// changed) converted (RNE to bf16, exact to f32).
+// rule state filled with its initial value, and state held in another dtype (state_dtype or
+// master_weights was changed) converted (RNE to 16 bits, exact to f32).
 // Buffers the caller bound (Optimizer::bind_state) are used as they are; `who` names the tensor.
 void plan_state(const UpdateRule& rule, const Optimizer::Impl::Group& g, Optimizer::Impl::Tensor& t,
                 const std::string& who, std::vector<PendingState>* out);

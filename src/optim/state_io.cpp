@@ -6,11 +6,12 @@
 //                                        optimizer without step options is still version 1, and
 //                                        both are read)
 //   u64 header_size, header              JSON: type, per group: options, per tensor: numel,
-//                                        step, the names of its f32 state buffers ("state") and
-//                                        of its bf16 ones ("state_bf16", when any), in order, and
+//                                        step, the names of its f32 state buffers ("state"), of
+//                                        its bf16 ones ("state_bf16") and f16 ones ("state_f16",
+//                                        master_weights false; each when any), in order, and
 //                                        (when the rule keeps any) its host state as exact doubles;
 //                                        "step": step options, micro_step, scaler (version 2)
-//   data                                 every state buffer, in header order: f32 ones, then bf16
+//   data                                 every state buffer, in header order: f32, bf16, f16
 //   u64 hi, u64 lo                       XXH3-128 of everything before it
 // Written to a temporary file and renamed, so a crash never leaves a half-written file in place.
 // Read completely and checked before the optimizer is touched.
@@ -92,7 +93,7 @@ void load_to_device(void* context, std::vector<std::vector<Optimizer::Impl::Tens
         t.device[name] = std::move(b);
       };
       for (const auto& [name, buf] : t.state) upload(name, buf.data(), DType::F32);
-      for (const auto& [name, buf] : t.state16) upload(name, buf.data(), DType::BF16);
+      for (const auto& [name, buf] : t.state16) upload(name, buf.bits.data(), buf.dtype);
       t.state.clear();
       t.state16.clear();
     }
@@ -130,14 +131,17 @@ void Optimizer::save_state(const std::string& path) const {
         names.push_back(name);
         append(&data, buf.data(), buf.size() * sizeof(float));
       }
-      Options names16 = Options::array();
-      for (const auto& [name, buf] : t.state16) {
-        names16.push_back(name);
-        append(&data, buf.data(), buf.size() * sizeof(uint16_t));
-      }
+      Options names16 = Options::array(), names_f16 = Options::array();
+      for (DType dtype : {DType::BF16, DType::F16})
+        for (const auto& [name, buf] : t.state16) {
+          if (buf.dtype != dtype) continue;
+          (dtype == DType::BF16 ? names16 : names_f16).push_back(name);
+          append(&data, buf.bits.data(), buf.bits.size() * sizeof(uint16_t));
+        }
       append_device_state(*impl_, t, &data, &names, &names16);
       Options entry = {{"numel", t.ref.param.numel}, {"step", t.step}, {"state", names}};
       if (!names16.empty()) entry["state_bf16"] = names16;
+      if (!names_f16.empty()) entry["state_f16"] = names_f16;
       if (!t.host.empty()) entry["host"] = t.host;  // JSON doubles print with 17 digits: exact
       tensors.push_back(std::move(entry));
     }
@@ -250,14 +254,18 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
         check_name(name);
         read(&t.state[name]);
       }
-      if (ft.contains("state_bf16"))
-        for (const auto& entry : ft.at("state_bf16")) {
+      for (DType dtype : {DType::BF16, DType::F16}) {
+        const char* key = dtype == DType::BF16 ? "state_bf16" : "state_f16";
+        if (!ft.contains(key)) continue;
+        for (const auto& entry : ft.at(key)) {
           std::string name = entry.get<std::string>();
           if (name == optim::kMasterState)
             throw Error(Impl::where(gi, ti, ref) + ": master weights must be f32");
           check_name(name);
-          read(&t.state16[name]);
+          t.state16[name].dtype = dtype;
+          read(&t.state16[name].bits);
         }
+      }
       out.tensors.back().push_back(std::move(t));
     }
   }

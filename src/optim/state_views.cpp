@@ -21,7 +21,8 @@ const std::vector<uint16_t>* Optimizer::state_bf16(size_t group, size_t index,
   const Impl::Group& g = group_at(*impl_, group);
   if (index >= g.tensors.size()) return nullptr;
   auto it = g.tensors[index].state16.find(name);
-  return it == g.tensors[index].state16.end() ? nullptr : &it->second;
+  if (it == g.tensors[index].state16.end() || it->second.dtype != DType::BF16) return nullptr;
+  return &it->second.bits;
 }
 
 std::vector<float> Optimizer::state_values(size_t group, size_t index,
@@ -47,8 +48,11 @@ std::vector<float> Optimizer::state_values(size_t group, size_t index,
     return optim::widen_to_f32(bits.data(), d.dtype, d.numel);
   }
   if (const std::vector<float>* f = state(group, index, name)) return *f;
-  if (const std::vector<uint16_t>* b = state_bf16(group, index, name))
-    return optim::widen_to_f32(b->data(), DType::BF16, static_cast<int64_t>(b->size()));
+  const Impl::Group& g = group_at(*impl_, group);
+  if (index >= g.tensors.size()) return {};
+  if (auto b = g.tensors[index].state16.find(name); b != g.tensors[index].state16.end())
+    return optim::widen_to_f32(b->second.bits.data(), b->second.dtype,
+                               static_cast<int64_t>(b->second.bits.size()));
   return {};
 }
 
@@ -66,8 +70,8 @@ TensorRef Optimizer::state_ref(size_t group, size_t index, const std::string& na
   } else if (auto f = t.state.find(name); f != t.state.end()) {
     r.data = const_cast<float*>(f->second.data());
   } else if (auto b = t.state16.find(name); b != t.state16.end()) {
-    r.data = const_cast<uint16_t*>(b->second.data());
-    r.dtype = DType::BF16;
+    r.data = const_cast<uint16_t*>(b->second.bits.data());
+    r.dtype = b->second.dtype;
   }
   return r;
 }

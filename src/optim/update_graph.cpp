@@ -22,8 +22,10 @@ Graph build(const Options& config, const Options& overrides, DType param, DType 
   optim::validate_precision(group, "param group");
   optim::check_tensor_dtype(param, "param", "param group");
   optim::check_tensor_dtype(grad, "grad", "param group");
-  return optim::apply_precision(optim::with_grad_prologue(rule.graph(group), control.prologue()),
-                                optim::group_precision(group, param, grad, "param group"));
+  const optim::Precision precision = optim::group_precision(group, param, grad, "param group");
+  return optim::apply_precision(
+      optim::with_grad_prologue(optim::rule_graph(rule, group, precision), control.prologue()),
+      precision);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ STEP_OPTIONS = ("max_grad_norm", "norm_type", "error_if_nonfinite", "loss_scale"
                 "growth_factor", "backoff_factor", "growth_interval", "accumulation_steps",
                 "accumulation")
 # Group options every optfuse optimizer takes besides torch's (mixed precision, GC).
-EXTRA_GROUP_OPTIONS = ("state_dtype", "stochastic_rounding", "rounding_seed",
+EXTRA_GROUP_OPTIONS = ("state_dtype", "master_weights", "stochastic_rounding", "rounding_seed",
                        "grad_centralization")
 # torch flags that choose torch's implementation: accepted (optfuse is always fused), or refused.
 _IMPLEMENTATION_FLAGS = ("foreach", "fused")
@@ -119,9 +119,14 @@ class _Binding:
         g.spec = spec
         g.states = []
         fresh = opt._optfuse_fresh
+        names = {s[0] for s in spec}
         for k, p in enumerate(g.params):
             st = opt.state[p]
             g.states.append(st)
+            if "master" not in names:
+                # master_weights=False: the param is the value (a kept copy would be stale if
+                # master weights came back), and state_dict() is then torch's own layout.
+                st.pop("master", None)
             for name, dtype, initial, from_param in spec:
                 want = _TORCH_DTYPES[dtype]
                 t = st.get(name)
@@ -276,6 +281,12 @@ class FusedOptimizer:
         raw = state_dict.get("state", {})
         saved_groups = state_dict.get("param_groups", [])
         _undecorated("load_state_dict")(self, state_dict)
+        # torch's groups become the saved ones: a checkpoint without optfuse's own options (one
+        # of torch.optim's) keeps the ones this optimizer was made with (master_weights=False).
+        for group in self.param_groups:
+            for k in EXTRA_GROUP_OPTIONS:
+                if k in self.defaults and k not in group:
+                    group[k] = self.defaults[k]
         ids = {i: p for sg, g in zip(saved_groups, self.param_groups)
                for i, p in zip(sg["params"], g["params"])}
         for idx, saved in raw.items():
