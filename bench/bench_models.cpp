@@ -104,7 +104,7 @@ Layout from_spec(const std::string& file) {
 Layout uniform(const std::string& name, int64_t count, int64_t each, const Options& config) {
   Layout l{name, "adamw", config, {{Options::object(), {}}}};
   for (int64_t i = 0; i < count; ++i)
-    l.groups[0].tensors.push_back({"t" + std::to_string(i), {each}, "float32", each});
+    l.groups[0].tensors.push_back({"t" + std::to_string(i), {each}, DType::F32, DType::F32, each});
   return l;
 }
 

@@ -69,6 +69,38 @@ TEST_F(CacheCli, FourProcessesWarmOneDirectoryAtOnce) {
             key);
 }
 
+// 16-bit params in a spec (tests/specs/tiny_bf16.json: bf16 and f16 params, an f32 grad, bf16
+// state, groups with and without master weights): warmup compiles one kernel per group, and an
+// optimizer over such tensors in another process (this one) finds every kernel in the cache.
+TEST_F(CacheCli, SixteenBitSpecWarmsWhatAStepInAnotherProcessLoads) {
+  const std::string spec = std::string(OPTFUSE_TEST_DATA_DIR) + "/specs/tiny_bf16.json";
+  Result r = cli({"warmup", "--spec", spec, "--cache-dir", cache(), "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.json()["kernels"], 4);
+
+  EngineOptions eo;
+  eo.cache_dir = cache();
+  Engine e(eo);
+  auto opt = Optimizer::create(e, {{"type", "adamw"}, {"lr", 1e-3}});
+  auto bits = [](size_t n) { return std::vector<uint16_t>(n, 0x3f80); };  // 1.0 in bf16
+  std::vector<uint16_t> embed = bits(1600), embed_g = bits(1600), bias = bits(16),
+                        bias_g = bits(16), head = bits(160), norm(16, 0x3c00), norm_g(16, 0);
+  std::vector<float> head_g(160, 0.5f);
+  const DType b = DType::BF16;
+  opt->add_param_group({{{bias.data(), 16, {16}, b}, {bias_g.data(), 16, {16}, b}, "embed.bias"}},
+                       {{"weight_decay", 0.0}, {"master_weights", false}});
+  opt->add_param_group({{{head.data(), 160, {16, 10}, b}, {head_g.data(), 160, {16, 10}}, "head"}},
+                       {{"state_dtype", "bf16"}});
+  opt->add_param_group(
+      {{{norm.data(), 16, {16}, DType::F16}, {norm_g.data(), 16, {16}, DType::F16}, "norm.weight"}},
+      {{"master_weights", false}});
+  opt->add_param_group(
+      {{{embed.data(), 1600, {100, 16}, b}, {embed_g.data(), 1600, {100, 16}, b}, "embed"}});
+  opt->step();
+  EXPECT_EQ(e.counters().compiles, 0);
+  EXPECT_GE(e.counters().disk_hits, 4);
+}
+
 TEST_F(CacheCli, WarmDemoCompilesNothing) {
   std::vector<std::string> demo = {"demo", "--cache-dir", cache(), "--layers", "1", "--d-model",
                                    "64",   "--vocab",     "256",   "--steps",  "1", "--json"};
@@ -138,10 +170,17 @@ TEST_F(CacheCli, OtherGpuApisAreReported) {
 TEST_F(CacheCli, SpecErrorsNameTheFile) {
   std::string bad = dir() + "/bad.json";
   std::ofstream(bad) << R"({"optimizer": {"type": "sgd"}, "parameters": [
-      {"name": "w", "shape": [2, 2], "dtype": "bfloat16"}]})";
+      {"name": "w", "shape": [2, 2], "dtype": "float64"}]})";
   Result r = cli({"warmup", "--spec", bad, "--cache-dir", cache()});
   EXPECT_EQ(r.rc, 1);
-  EXPECT_THAT(r.err, HasSubstr(bad + ": parameters[0] ('w'): dtype bfloat16 is not supported"));
+  EXPECT_THAT(r.err, HasSubstr(bad + ": parameters[0] ('w'): dtype float64 is not supported "
+                                     "(float32, bfloat16 or float16, as torch names them)"));
+  std::ofstream(bad) << R"({"optimizer": {"type": "sgd"}, "parameters": [
+      {"name": "w", "shape": [2], "dtype": "bfloat16"}, {"name": "b", "shape": [2]}]})";
+  r = cli({"warmup", "--spec", bad, "--cache-dir", cache()});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr(bad + ": param_groups[0]: parameter 'b' (f32, grad f32) differs "
+                                     "from 'w' (bf16, grad bf16); one group has one param dtype"));
   std::ofstream(bad) << R"({"optimizer": {"type": "sgd", "lr": -1}, "parameters": [
       {"name": "w", "shape": [2]}]})";
   r = cli({"warmup", "--spec", bad, "--cache-dir", cache()});

@@ -127,8 +127,11 @@ json explain_spec(const ModelSpec& spec, const Engine& engine, const ExplainOpti
       const std::string where = "param_groups[" + std::to_string(gi) + "]";
       auto [it, fresh] = seen.emplace(key, where);
       if (fresh) graphs[where] = analyse(gg.graph, engine, o.stmt);
+      const ModelSpec::Param& first = spec.params[gg.params.at(0)];
       groups.push_back({{"group", gi},
                         {"graph", gg.graph.name()},
+                        {"param_dtype", std::string(dtype_name(first.dtype))},
+                        {"grad_dtype", std::string(dtype_name(first.grad_dtype))},
                         {"params", gg.params.size()},
                         {"group_params", spec.groups[gi].params.size()},
                         {"analysis", it->second},
@@ -143,7 +146,9 @@ void print_spec(const json& j, const Engine& engine) {
   for (const json& g : j["param_groups"]) {
     const std::string where = "param_groups[" + std::to_string(g["group"].get<size_t>()) + "]";
     std::cout << "=== " << where << " (" << g["params"] << " of " << g["group_params"]
-              << " params): graph \"" << g["graph"].get<std::string>() << "\"\n";
+              << " params): graph \"" << g["graph"].get<std::string>() << "\" ("
+              << g["param_dtype"].get<std::string>() << " params, "
+              << g["grad_dtype"].get<std::string>() << " grads)\n";
     if (g["analysis"] != where) {
       std::cout << "same graph as " << g["analysis"].get<std::string>() << "\n";
     } else {

@@ -15,6 +15,20 @@ namespace {
   throw Error(path + ": " + what);
 }
 
+// A dtype as torch prints it ("bfloat16", "torch.bfloat16") or as optfuse does ("bf16").
+DType read_dtype(const std::string& path, const std::string& where, const nlohmann::json& j,
+                 const char* field, DType fallback) {
+  if (!j.contains(field)) return fallback;
+  const nlohmann::json& v = j[field];
+  std::string name = v.is_string() ? v.get<std::string>() : v.dump();
+  std::string bare = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
+  if (bare == "float32" || bare == "float" || bare == "f32") return DType::F32;
+  if (bare == "bfloat16" || bare == "bf16") return DType::BF16;
+  if (bare == "float16" || bare == "half" || bare == "f16") return DType::F16;
+  bad(path, where + ": " + field + " " + name +
+                " is not supported (float32, bfloat16 or float16, as torch names them)");
+}
+
 ModelSpec::Param read_param(const std::string& path, const nlohmann::json& j, size_t i) {
   std::string where = "parameters[" + std::to_string(i) + "]";
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
@@ -30,9 +44,8 @@ ModelSpec::Param read_param(const std::string& path, const nlohmann::json& j, si
     p.shape.push_back(d.get<int64_t>());
     p.numel *= p.shape.back();
   }
-  p.dtype = j.value("dtype", std::string("float32"));
-  if (p.dtype != "float32" && p.dtype != "torch.float32" && p.dtype != "f32")
-    bad(path, where + ": dtype " + p.dtype + " is not supported yet (optimizers take float32)");
+  p.dtype = read_dtype(path, where, j, "dtype", DType::F32);
+  p.grad_dtype = read_dtype(path, where, j, "grad_dtype", p.dtype);
   return p;
 }
 
@@ -112,13 +125,26 @@ ModelSpec load_spec(const std::string& path) {
 std::vector<GroupGraph> group_graphs(const ModelSpec& spec, size_t gi) {
   const ModelSpec::Group& g = spec.groups.at(gi);
   try {
+    const ModelSpec::Param& first = spec.params.at(g.params.at(0));
+    for (size_t pi : g.params) {
+      const ModelSpec::Param& p = spec.params[pi];
+      if (p.dtype != first.dtype || p.grad_dtype != first.grad_dtype)
+        throw Error("parameter '" + p.name + "' (" + std::string(dtype_name(p.dtype)) + ", grad " +
+                    std::string(dtype_name(p.grad_dtype)) + ") differs from '" + first.name +
+                    "' (" + std::string(dtype_name(first.dtype)) + ", grad " +
+                    std::string(dtype_name(first.grad_dtype)) +
+                    "); one group has one param dtype and one grad dtype: put it in another group");
+    }
+    auto graph = [&](const Options& overrides) {
+      return update_graph(spec.optimizer, overrides, first.dtype, first.grad_dtype);
+    };
     bool gc = g.overrides.value("grad_centralization",
                                 spec.optimizer.value("grad_centralization", false));
-    if (!gc) return {{update_graph(spec.optimizer, g.overrides), g.params}};
+    if (!gc) return {{graph(g.overrides), g.params}};
     Options plain = g.overrides;
     plain["grad_centralization"] = false;
-    GroupGraph centralized{update_graph(spec.optimizer, g.overrides), {}};
-    GroupGraph rest{update_graph(spec.optimizer, plain), {}};
+    GroupGraph centralized{graph(g.overrides), {}};
+    GroupGraph rest{graph(plain), {}};
     for (size_t pi : g.params)
       (spec.params[pi].shape.size() >= 2 ? centralized : rest).params.push_back(pi);
     std::vector<GroupGraph> out;

@@ -13,7 +13,8 @@ struct ModelSpec {
   struct Param {
     std::string name;
     std::vector<int64_t> shape;
-    std::string dtype;
+    DType dtype = DType::F32;       // "dtype": float32 (default), bfloat16 or float16
+    DType grad_dtype = DType::F32;  // "grad_dtype": default the param's (as autograd makes it)
     int64_t numel = 1;
   };
   struct Group {
@@ -32,7 +33,9 @@ ModelSpec load_spec(const std::string& path);
 
 // The update graphs group `gi` runs and the params (indices into ModelSpec::params) each serves:
 // one graph, or with "grad_centralization" on, the centralized graph for params with >= 2 dims
-// and the plain one for the others (as Optimizer::step binds them). Error naming the group.
+// and the plain one for the others (as Optimizer::step binds them), for the group's param and
+// grad dtypes. Error naming the group, or the param whose dtypes differ from the group's first
+// (one group has one param dtype and one grad dtype, as in Optimizer::add_param_group).
 struct GroupGraph {
   Graph graph{""};
   std::vector<size_t> params;

@@ -40,13 +40,8 @@ std::vector<Graph> graphs_to_tune(const TuneCmdOptions& o) {
   }
   for (const std::string& path : o.specs) {
     ModelSpec spec = load_spec(path);
-    for (size_t gi = 0; gi < spec.groups.size(); ++gi) {
-      try {
-        graphs.push_back(update_graph(spec.optimizer, spec.groups[gi].overrides));
-      } catch (const Error& e) {
-        throw Error(path + ": param_groups[" + std::to_string(gi) + "]: " + e.what());
-      }
-    }
+    for (size_t gi = 0; gi < spec.groups.size(); ++gi)
+      for (const GroupGraph& gg : group_graphs(spec, gi)) graphs.push_back(gg.graph);
   }
   if (graphs.empty())
     throw UsageError("tune: nothing to tune: give --optimizer NAME, --spec FILE or --all");
