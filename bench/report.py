@@ -10,6 +10,9 @@ optfuse.torch and matplotlib), or with any python3 and --python pointing at that
 What it runs (Google Benchmark JSON and the torch run's JSON kept in --out):
   bench_update         AdamW fused / unfused / 4-read-3-write ceiling per size, 3 repetitions
   bench_matrix         every optimizer x dtype x size: GB/s, ceiling GB/s, share (paired)
+  bench_precision      AdamW per precision (f32, bf16 state, bf16 params with and without master
+                       weights): step time against bytes per element, each paired with a
+                       ceiling that moves the same bytes (the second plot)
   bench_startup        cold compile, Halide runtime compile, warm load, time to first step
   bench_small_tensors  1000 x 1K tensors vs one 1M tensor through Optimizer::step()
   bench/python/bench_torch.py (in the venv's python): torch.optim.AdamW as the for-loop
@@ -34,6 +37,8 @@ import re
 import statistics
 import subprocess
 import sys
+
+from report_precision import plot_precision, precision_rows, precision_table
 
 ALL_SIZES = [1 << p for p in range(10, 27, 2)]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -275,7 +280,8 @@ def matrix_table(matrix_rows, sizes):
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--plot-only":  # internal: see plot_with
         with open(sys.argv[2]) as f:
-            plot(json.load(f), sys.argv[3])
+            data = json.load(f)
+        (plot_precision if "precision" in data else plot)(data, sys.argv[3])
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build", help="build directory (default: build)")
@@ -305,6 +311,8 @@ def main():
     only = "Matrix/((adamw|sgd|lion)/f32|adamw/bf16)" if a.quick else ""
     matrix = run_bench(os.path.join(b, "bench_matrix"), os.path.join(a.out, "matrix.json"),
                        common + ["--benchmark_filter=" + only + size_filter(sizes)], log)
+    precision = run_bench(os.path.join(b, "bench_precision"), os.path.join(a.out, "precision.json"),
+                          common + ["--benchmark_filter=Precision/.*" + size_filter(sizes)], log)
     startup_filter = ["--benchmark_filter=Startup_Warm|FirstStep_Warm"] if a.quick else []
     startup = run_bench(os.path.join(b, "bench_startup"), os.path.join(a.out, "startup.json"),
                         startup_filter, log)
@@ -342,6 +350,17 @@ def main():
             ok, why = plot_with(python, data, a.out, png)
         md += [f"![GB/s against size]({os.path.basename(png)})" if ok else f"(no plot: {why})", ""]
 
+    prows = precision_rows(rows(precision))
+    ppng = os.path.join(a.out, "time_vs_bytes.png")
+    if not a.no_plot and prows:
+        python, why = find_python(a.python, ["matplotlib"])
+        ok = False
+        if python:
+            ok, why = plot_with(python, {"quick": a.quick, "machine": m, "precision": prows},
+                                a.out, ppng)
+        md += [f"![step time against bytes per element]({os.path.basename(ppng)})" if ok
+               else f"(no precision plot: {why})", ""]
+
     md += ["## AdamW from PyTorch: torch.optim vs optfuse.torch (GB/s)", ""]
     if torch_res:
         tm = torch_res["machine"]
@@ -371,6 +390,12 @@ def main():
            "One tensor through `Optimizer::step()`; share is GB/s over the ceiling's GB/s at the same "
            "size, so optimizers moving less than 28 B/element (SGD: 12) cannot reach 1.0.", ""]
     md += matrix_table(rows(matrix), sizes) + [""]
+
+    md += ["## AdamW by precision: step time (share of a ceiling moving the same bytes)", "",
+           "`bench_precision`: one tensor through `Optimizer::step()`, every timed step followed "
+           "by one timed step of the 4-read-3-write graph with the same precision options and "
+           "dtypes (the same loads and stores); median of the pairs' ratios.", ""]
+    md += precision_table(prows, sizes) + [""]
 
     md += ["## Start-up (compile and cache latency)", ""]
     srows = rows(startup)
