@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "optfuse/engine.h"
+#include "optfuse/optfuse.h"
 #include "optfuse/optim.h"
 #include "support/engine.h"
 #include "support/optim_util.h"
@@ -107,14 +108,14 @@ std::vector<uint16_t> state16(const Optimizer& opt, const std::string& name, DTy
   return b ? std::vector<uint16_t>(b, b + r.numel) : std::vector<uint16_t>{};
 }
 
-struct Run {
+struct OneTensor {
   std::unique_ptr<Optimizer> opt;
   std::vector<uint16_t> p, g;
 };
 
-Run make_run(const Options& config, const std::vector<float>& p0, DType t,
-             const Options& overrides) {
-  Run r;
+OneTensor make_run(const Options& config, const std::vector<float>& p0, DType t,
+                   const Options& overrides) {
+  OneTensor r;
   for (float x : p0) r.p.push_back(bits16(x, t));
   r.g.assign(p0.size(), 0);
   r.opt = Optimizer::create(engine(), config);
@@ -138,7 +139,7 @@ TEST_P(TorchFusedTwin, ParamsAndStateAreTorchsBitsEveryStep) {
                           {"lr", h.lr},
                           {"weight_decay", h.weight_decay},
                           {"amsgrad", amsgrad}};
-  Run r = make_run(config, gen_floats(7, n), t, {{"master_weights", false}});
+  OneTensor r = make_run(config, gen_floats(7, n), t, {{"master_weights", false}});
   std::vector<Element16> ref(n);
   for (size_t i = 0; i < n; ++i) ref[i] = {r.p[i], bits16(0, t), bits16(0, t), bits16(0, t)};
   for (int step = 1; step <= 50; ++step) {
@@ -177,8 +178,8 @@ TEST(MasterWeights, F32ParamsCompileTheSameKernel) {
 TEST(MasterWeights, SaveAndLoadResumeBitIdenticallyWithF16State) {
   const size_t n = 257;
   const Options cfg = {{"type", "adamw"}}, ov = {{"master_weights", false}};
-  Run a = make_run(cfg, gen_floats(41, n), DType::F16, ov);
-  auto steps = [&](Run& r, int first, int last) {
+  OneTensor a = make_run(cfg, gen_floats(41, n), DType::F16, ov);
+  auto steps = [&](OneTensor& r, int first, int last) {
     for (int s = first; s <= last; ++s) {
       const std::vector<float> g = grads_at(s, n);
       for (size_t i = 0; i < n; ++i) r.g[i] = bits16(g[i], DType::F16);
@@ -188,7 +189,7 @@ TEST(MasterWeights, SaveAndLoadResumeBitIdenticallyWithF16State) {
   steps(a, 1, 3);
   const std::string path = testing::temp_path("master_weights_state");
   a.opt->save_state(path);
-  Run b = make_run(cfg, gen_floats(99, n), DType::F16, ov);
+  OneTensor b = make_run(cfg, gen_floats(99, n), DType::F16, ov);
   b.p = a.p;  // the caller restores its params; the optimizer its state
   b.opt->load_state(path);
   steps(a, 4, 6);
@@ -200,7 +201,7 @@ TEST(MasterWeights, SaveAndLoadResumeBitIdenticallyWithF16State) {
 
 TEST(MasterWeights, TurningThemOnAgainMakesAFreshCopyFromTheParam) {
   const size_t n = 64;
-  Run r = make_run({{"type", "adamw"}}, gen_floats(3, n), DType::BF16, {});
+  OneTensor r = make_run({{"type", "adamw"}}, gen_floats(3, n), DType::BF16, {});
   for (size_t i = 0; i < n; ++i) r.g[i] = bits16(0.5f, DType::BF16);
   r.opt->step();
   ASSERT_NE(r.opt->state(0, 0, "master"), nullptr);
@@ -246,10 +247,10 @@ TEST(MasterWeights, StochasticRoundingRoundsTheParamItself) {
   const size_t n = 4096;
   std::vector<float> ones(n, 1.0f);
   const Options cfg = {{"type", "sgd"}, {"lr", 1e-4}};
-  Run rne = make_run(cfg, ones, DType::BF16, {{"master_weights", false}});
-  Run sr =
+  OneTensor rne = make_run(cfg, ones, DType::BF16, {{"master_weights", false}});
+  OneTensor sr =
       make_run(cfg, ones, DType::BF16, {{"master_weights", false}, {"stochastic_rounding", true}});
-  for (Run* r : {&rne, &sr}) {
+  for (OneTensor* r : {&rne, &sr}) {
     for (size_t i = 0; i < n; ++i) r->g[i] = bits16(1.0f, DType::BF16);
     r->opt->step();
   }
@@ -262,6 +263,39 @@ TEST(MasterWeights, StochasticRoundingRoundsTheParamItself) {
   // 1e-4 is 0.0256 of the bf16 ulp below 1.0 (2^-8): about 105 of 4096 move; 5 sigma below.
   EXPECT_GT(moved_sr, 55u);
   EXPECT_LT(moved_sr, 160u);
+}
+
+TEST(MasterWeights, CApiTakesTheOptionAsJson) {
+  // The C API passes group options through as JSON: the same run as the C++ API's, bit for bit
+  // (one optimizer implementation behind both).
+  const size_t n = 64;
+  const std::vector<float> p0 = gen_floats(2, n);
+  OneTensor cpp =
+      make_run({{"type", "adamw"}, {"lr", 0.01}}, p0, DType::BF16, {{"master_weights", false}});
+  std::vector<uint16_t> p = cpp.p, g(n);
+  const std::vector<float> g0 = grads_at(1, n);
+  for (size_t i = 0; i < n; ++i) cpp.g[i] = g[i] = bits16(g0[i], DType::BF16);
+  optfuse_engine* e = nullptr;
+  ASSERT_EQ(optfuse_engine_create("host", 0, &e), OPTFUSE_OK);
+  optfuse_optimizer* o = nullptr;
+  ASSERT_EQ(optfuse_optimizer_create(e, "{\"type\":\"adamw\",\"lr\":0.01}", &o), OPTFUSE_OK);
+  void* ps[] = {p.data()};
+  void* gs[] = {g.data()};
+  int64_t numels[] = {int64_t(n)};
+  ASSERT_EQ(optfuse_optimizer_add_group_typed(o, 1, ps, OPTFUSE_BF16, gs, OPTFUSE_BF16, numels,
+                                              nullptr, nullptr, "{\"master_weights\":false}"),
+            OPTFUSE_OK);
+  ASSERT_EQ(optfuse_optimizer_step(o), OPTFUSE_OK);
+  cpp.opt->step();
+  EXPECT_EQ(p, cpp.p);
+  EXPECT_NE(p, cpp.g);  // (it moved)
+  EXPECT_EQ(optfuse_optimizer_add_group_typed(
+                o, 1, ps, OPTFUSE_F16, gs, OPTFUSE_F16, numels, nullptr, nullptr,
+                "{\"master_weights\":false,\"state_dtype\":\"bf16\"}"),
+            OPTFUSE_ERR_INVALID);
+  EXPECT_THAT(optfuse_last_error(), HasSubstr("with master_weights false and f16 params"));
+  optfuse_optimizer_destroy(o);
+  optfuse_engine_destroy(e);
 }
 
 }  // namespace
