@@ -69,11 +69,13 @@ using Options = nlohmann::json;  // torch.optim option names -> values, e.g. {"l
 //                                    "bf16" with f16 params is an error), each value computed in
 //                                    f32 and rounded once (RNE). AdamW bf16: 14 B/element instead
 //                                    of 28 (20 with bf16 state). Adam and AdamW then give torch's
-//                                    fused bits exactly. Updates below half a 16-bit ulp of the
-//                                    param are lost, which the master copy keeps: the default
-//                                    suits training from scratch, false matches torch runs and
-//                                    saves memory and time. No effect on f32 params; not yet on
-//                                    device tensors.
+//                                    fused bits (its scalar tail, the last n mod 32 elements with
+//                                    AVX-512, within one 16-bit ulp per step). Updates below half
+//                                    a 16-bit ulp of the param are lost, which the master copy
+//                                    keeps: the default suits training from scratch, false
+//                                    matches torch runs and saves memory (not yet time: the
+//                                    torch-exact kernel is bound by arithmetic, bench/README.md).
+//                                    No effect on f32 params; not yet on device tensors.
 //   "stochastic_rounding": bool      bf16 params rounded stochastically instead of to nearest
 //                                    even (unbiased; reproducible: same seed + step -> same bits)
 //   "rounding_seed": integer         in [0, 2^32), the seed of those roundings
