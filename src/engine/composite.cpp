@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/kernel_impl.h"
 #include "optfuse/error.h"
 
 namespace optfuse::engine_detail {
@@ -23,11 +24,6 @@ void check_names(const KernelSignature& sig, const std::string& graph) {
   for (const auto& in : sig.inputs) check(in.name, "input");
   for (const auto& s : sig.scalars) check(s.name, "scalar");
   for (const auto& r : sig.results) check(r.name, "result");
-}
-
-std::string count_error(const std::string& kernel, const char* what, size_t got, size_t want) {
-  return "kernel \"" + kernel + "\": the call has " + std::to_string(got) + " " + what +
-         ", the signature " + std::to_string(want);
 }
 
 }  // namespace
@@ -155,14 +151,7 @@ void CompositeKernel::plan_snapshots() {
 }
 
 void CompositeKernel::check(const KernelCall& call) const {
-  if (call.inputs.size() != signature_.inputs.size())
-    throw Error(count_error(name_, "inputs", call.inputs.size(), signature_.inputs.size()));
-  if (call.scalars.size() != signature_.scalars.size())
-    throw Error(count_error(name_, "scalars", call.scalars.size(), signature_.scalars.size()));
-  if (call.outputs.size() != signature_.outputs.size())
-    throw Error(count_error(name_, "outputs", call.outputs.size(), signature_.outputs.size()));
-  if (call.n < 0)
-    throw Error("kernel \"" + name_ + "\": negative element count " + std::to_string(call.n));
+  check_call_counts(signature_, name_, call);
   if (call.device)
     throw Error("kernel \"" + name_ + "\" runs as " + std::to_string(steps_.size()) +
                 " clusters (include/optfuse/partition.h): passing values between them on a " +

@@ -84,6 +84,18 @@ std::string count_error(const std::string& kernel, const char* what, size_t got,
 
 }  // namespace
 
+void check_call_counts(const KernelSignature& sig, const std::string& kernel,
+                       const KernelCall& call) {
+  if (call.inputs.size() != sig.inputs.size())
+    throw Error(count_error(kernel, "inputs", call.inputs.size(), sig.inputs.size()));
+  if (call.scalars.size() != sig.scalars.size())
+    throw Error(count_error(kernel, "scalars", call.scalars.size(), sig.scalars.size()));
+  if (call.outputs.size() != sig.outputs.size())
+    throw Error(count_error(kernel, "outputs", call.outputs.size(), sig.outputs.size()));
+  if (call.n < 0)
+    throw Error("kernel \"" + kernel + "\": negative element count " + std::to_string(call.n));
+}
+
 KernelImpl::KernelImpl(KernelSignature signature, std::string key, std::string name,
                        Schedule resolved, std::shared_ptr<jit::Session> session, jit::ArgvFn fn,
                        const halide_device_interface_t* device_interface, void* cuda_context)
@@ -103,14 +115,7 @@ KernelImpl::KernelImpl(KernelSignature signature, std::string key, std::string n
 }
 
 void KernelImpl::check(const KernelCall& call) const {
-  if (call.inputs.size() != signature_.inputs.size())
-    throw Error(count_error(name_, "inputs", call.inputs.size(), signature_.inputs.size()));
-  if (call.scalars.size() != signature_.scalars.size())
-    throw Error(count_error(name_, "scalars", call.scalars.size(), signature_.scalars.size()));
-  if (call.outputs.size() != signature_.outputs.size())
-    throw Error(count_error(name_, "outputs", call.outputs.size(), signature_.outputs.size()));
-  if (call.n < 0)
-    throw Error("kernel \"" + name_ + "\": negative element count " + std::to_string(call.n));
+  check_call_counts(signature_, name_, call);
   if (on_device() && !call.device)
     throw Error("kernel \"" + name_ +
                 "\" runs on a CUDA device: its call needs CUDA device "

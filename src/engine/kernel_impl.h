@@ -9,6 +9,11 @@
 
 namespace optfuse::engine_detail {
 
+// Error unless `call` has the signature's counts of inputs, scalars and outputs and n >= 0: the
+// first checks of every Kernel implementation (KernelImpl, CompositeKernel in composite.h).
+void check_call_counts(const KernelSignature& sig, const std::string& kernel,
+                       const KernelCall& call);
+
 class KernelImpl final : public Kernel {
  public:
   // Largest tensor or scalar count a kernel may have: call arguments live on the stack.
