@@ -85,7 +85,7 @@ TEST(Cache, GoldenKey) {
   EngineOptions eo;
   eo.target = "x86-64-linux-avx2";
   Engine e(eo);
-  EXPECT_EQ(e.kernel_key(sgd("any")), "db7e0e63361d021e41536620a582dcd1");
+  EXPECT_EQ(e.kernel_key(sgd("any")), "6890b371fca28d8b63b30824d704a8d4");
 }
 
 TEST(Cache, DefaultLocation) {

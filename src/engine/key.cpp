@@ -75,8 +75,10 @@ namespace engine_detail {
 // prefetch in the parallel tasks' loop (Schedule::prefetch). 4: f16 conversions as F16C
 // instructions on x86 (lower/f16c.h). 5: a second prefetch into L2, farther ahead
 // (Schedule::prefetch_l2). 6: outputs no input load reads (16-bit params) prefetched too.
-// 7: bf16 conversions as integer operations on CPU targets (lower/bf16.h).
-constexpr const char* kLoweringVersion = "lowering-7";
+// 7: bf16 conversions as integer operations on CPU targets (lower/bf16.h). 8: the streaming
+// single-task loop of flat CPU kernels (chunk < 0, KernelCall::serial): an object without it
+// would run a serial call as one-vector parallel tasks.
+constexpr const char* kLoweringVersion = "lowering-8";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {
