@@ -151,19 +151,11 @@ void CompositeKernel::plan_snapshots() {
 }
 
 void CompositeKernel::check(const KernelCall& call) const {
-  check_call_counts(signature_, name_, call);
+  check_call_arguments(signature_, name_, call);
   if (call.device)
     throw Error("kernel \"" + name_ + "\" runs as " + std::to_string(steps_.size()) +
                 " clusters (include/optfuse/partition.h): passing values between them on a " +
                 "CUDA device is not implemented yet; its call needs host pointers");
-  if (!signature_.results.empty() && !call.results)
-    throw Error("kernel \"" + name_ + "\" has " + std::to_string(signature_.results.size()) +
-                " results (first \"" + signature_.results[0].name +
-                "\"): the call needs KernelCall::results");
-  if (signature_.per_row && (call.cols <= 0 || call.cols > INT32_MAX || call.n % call.cols != 0))
-    throw Error("kernel \"" + name_ + "\" reduces per row: KernelCall::cols must be in [1, 2^31) " +
-                "and divide n = " + std::to_string(call.n) +
-                ", got cols = " + std::to_string(call.cols));
 }
 
 void CompositeKernel::run(const KernelCall& call) const {

@@ -84,8 +84,8 @@ std::string count_error(const std::string& kernel, const char* what, size_t got,
 
 }  // namespace
 
-void check_call_counts(const KernelSignature& sig, const std::string& kernel,
-                       const KernelCall& call) {
+void check_call_arguments(const KernelSignature& sig, const std::string& kernel,
+                          const KernelCall& call) {
   if (call.inputs.size() != sig.inputs.size())
     throw Error(count_error(kernel, "inputs", call.inputs.size(), sig.inputs.size()));
   if (call.scalars.size() != sig.scalars.size())
@@ -94,6 +94,14 @@ void check_call_counts(const KernelSignature& sig, const std::string& kernel,
     throw Error(count_error(kernel, "outputs", call.outputs.size(), sig.outputs.size()));
   if (call.n < 0)
     throw Error("kernel \"" + kernel + "\": negative element count " + std::to_string(call.n));
+  if (!sig.results.empty() && !call.results)
+    throw Error("kernel \"" + kernel + "\" has " + std::to_string(sig.results.size()) +
+                " results (first \"" + sig.results[0].name +
+                "\"): the call needs KernelCall::results");
+  if (sig.per_row && (call.cols <= 0 || call.cols > INT32_MAX || call.n % call.cols != 0))
+    throw Error(
+        "kernel \"" + kernel + "\" reduces per row: KernelCall::cols must be in [1, 2^31) " +
+        "and divide n = " + std::to_string(call.n) + ", got cols = " + std::to_string(call.cols));
 }
 
 KernelImpl::KernelImpl(KernelSignature signature, std::string key, std::string name,
@@ -115,7 +123,7 @@ KernelImpl::KernelImpl(KernelSignature signature, std::string key, std::string n
 }
 
 void KernelImpl::check(const KernelCall& call) const {
-  check_call_counts(signature_, name_, call);
+  check_call_arguments(signature_, name_, call);
   if (on_device() && !call.device)
     throw Error("kernel \"" + name_ +
                 "\" runs on a CUDA device: its call needs CUDA device "
@@ -125,14 +133,6 @@ void KernelImpl::check(const KernelCall& call) const {
     throw Error("kernel \"" + name_ +
                 "\" runs on the CPU: its call needs host pointers, not CUDA "
                 "device pointers (KernelCall::device = true)");
-  if (!signature_.results.empty() && !call.results)
-    throw Error("kernel \"" + name_ + "\" has " + std::to_string(signature_.results.size()) +
-                " results (first \"" + signature_.results[0].name +
-                "\"): the call needs KernelCall::results");
-  if (signature_.per_row && (call.cols <= 0 || call.cols > INT32_MAX || call.n % call.cols != 0))
-    throw Error("kernel \"" + name_ + "\" reduces per row: KernelCall::cols must be in [1, 2^31) " +
-                "and divide n = " + std::to_string(call.n) +
-                ", got cols = " + std::to_string(call.cols));
   if (signature_.reduces && call.n > kMaxSlice)
     throw Error("kernel \"" + name_ + "\" reduces whole tensors: one call covers at most 2^30 " +
                 "elements, got n = " + std::to_string(call.n));

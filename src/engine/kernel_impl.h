@@ -9,10 +9,11 @@
 
 namespace optfuse::engine_detail {
 
-// Error unless `call` has the signature's counts of inputs, scalars and outputs and n >= 0: the
-// first checks of every Kernel implementation (KernelImpl, CompositeKernel in composite.h).
-void check_call_counts(const KernelSignature& sig, const std::string& kernel,
-                       const KernelCall& call);
+// Error unless `call` has the signature's counts of inputs, scalars and outputs, n >= 0, result
+// slots where the kernel has results, and a valid cols for a per-row kernel: the checks every
+// Kernel implementation makes first (KernelImpl, CompositeKernel in composite.h).
+void check_call_arguments(const KernelSignature& sig, const std::string& kernel,
+                          const KernelCall& call);
 
 class KernelImpl final : public Kernel {
  public:
