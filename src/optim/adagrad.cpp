@@ -36,8 +36,6 @@ class Adagrad final : public UpdateRule {
     if (eps < 0) throw Error(where + ": Invalid epsilon value: " + pyfloat(eps));
   }
 
-  std::string structure(const Options&) const override { return ""; }
-
   Graph graph(const Options&) const override {
     Graph gr("adagrad");
     Value p = gr.param("param"), sum = gr.state("sum");
@@ -47,9 +45,6 @@ class Adagrad final : public UpdateRule {
     gr.output("param", p - gr.scalar("clr") * (g / (sqrt(sum_new) + gr.scalar("eps"))));
     return gr;
   }
-
-  std::vector<std::string> state_names(const Options&) const override { return {"sum"}; }
-  std::vector<std::string> all_state_names() const override { return {"sum"}; }
 
   double initial_state_value(const Options& h, const std::string& name) const override {
     return name == "sum" ? h.at("initial_accumulator_value").get<double>() : 0.0;

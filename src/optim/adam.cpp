@@ -51,11 +51,6 @@ class Adam final : public UpdateRule {
     validate_adam_like(h, where);
   }
 
-  std::string structure(const Options& h) const override {
-    return std::string("amsgrad=") + (h.at("amsgrad").get<bool>() ? "1" : "0") +
-           (h.value("grad_centralization", false) ? ",gc=1" : "");
-  }
-
   Graph graph(const Options& h) const override {
     bool amsgrad = h.at("amsgrad").get<bool>();
     bool gc = h.value("grad_centralization", false);
@@ -102,15 +97,6 @@ class Adam final : public UpdateRule {
     Value denom = sqrt(v_used) / gr.scalar("bias_correction2_sqrt") + gr.scalar("eps");
     gr.output("param", p + (gr.scalar("neg_step_size") * m_new) / denom);
     return gr;
-  }
-
-  std::vector<std::string> state_names(const Options& h) const override {
-    if (h.at("amsgrad").get<bool>()) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-    return {"exp_avg", "exp_avg_sq"};
-  }
-
-  std::vector<std::string> all_state_names() const override {
-    return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   }
 
   void scalars(const Options& h, const TensorStep& t,

@@ -29,8 +29,6 @@ class Adamax final : public UpdateRule {
     validate_adam_like(h, where);
   }
 
-  std::string structure(const Options&) const override { return ""; }
-
   Graph graph(const Options&) const override {
     Graph gr("adamax");
     Value p = gr.param("param"), m = gr.state("exp_avg"), u = gr.state("exp_inf");
@@ -42,11 +40,6 @@ class Adamax final : public UpdateRule {
     gr.output("param", p - gr.scalar("clr") * (m_new / u_new));
     return gr;
   }
-
-  std::vector<std::string> state_names(const Options&) const override {
-    return {"exp_avg", "exp_inf"};
-  }
-  std::vector<std::string> all_state_names() const override { return {"exp_avg", "exp_inf"}; }
 
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {

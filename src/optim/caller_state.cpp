@@ -31,11 +31,10 @@ std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group) const {
   Impl::Group& g = group_at(*impl_, group);
   resolve_kernel(*impl_, g, group);
   std::vector<StateSpec> spec;
-  for (const auto& name : g.state_names) {
-    if (name == optim::kGradAccum) continue;  // the accumulation buffer is the optimizer's own
-    spec.push_back({name, optim::state_buffer_dtype(name, g.precision),
-                    impl_->rule->initial_state_value(g.options, name),
-                    name == optim::kMasterState});
+  for (const auto& s : g.plan->state) {
+    if (s.name == optim::kGradAccum) continue;  // the accumulation buffer is the optimizer's own
+    spec.push_back({s.name, s.dtype, impl_->rule->initial_state_value(g.options, s.name),
+                    s.name == optim::kMasterState});
   }
   return spec;
 }
@@ -44,17 +43,17 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
                            const TensorRef& buffer, bool fresh) {
   Impl::Tensor& t = tensor_at(*impl_, group, index);
   const std::string who = Impl::where(group, index, t.ref) + ": state '" + name + "'";
-  // The group's kernel binding says which buffers exist; the spec's names are listed only for
-  // the error.
+  // The group's plan says which buffers exist; the spec's names are listed only for the error.
   Impl::Group& g = group_at(*impl_, group);
   resolve_kernel(*impl_, g, group);
-  if (name == optim::kGradAccum ||
-      std::find(g.state_names.begin(), g.state_names.end(), name) == g.state_names.end()) {
+  auto slot = std::find_if(g.plan->state.begin(), g.plan->state.end(),
+                           [&](const optim::StateSlot& s) { return s.name == name; });
+  if (name == optim::kGradAccum || slot == g.plan->state.end()) {
     std::string known;
     for (const auto& e : state_spec(group)) known += (known.empty() ? "" : ", ") + e.name;
     throw Error(who + ": this group's step has no such state (it has: " + known + ")");
   }
-  const DType want = optim::state_buffer_dtype(name, g.precision);
+  const DType want = slot->dtype;
   if (!buffer.data) throw Error(who + ": null buffer");
   if (buffer.numel != t.ref.param.numel)
     throw Error(who + ": buffer has " + std::to_string(buffer.numel) + " elements but param has " +
@@ -67,11 +66,10 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
                 " memory but the params are in " + memory_name(impl_->memory) + " memory");
   optim::check_device_pointer(impl_->cuda_context, buffer, "state buffer", who);
   // (A device buffer of the optimizer's own may still be read by steps queued on a stream.)
-  if (t.device.count(name)) optim::synchronize(impl_->cuda_context);
-  t.state.erase(name);
-  t.state16.erase(name);
-  t.device.erase(name);
-  t.bound[name] = buffer;
+  if (auto own = t.state.find(name);
+      own != t.state.end() && own->second.kind() == optim::StateBuffer::Kind::Device)
+    optim::synchronize(impl_->cuda_context);
+  t.state.insert_or_assign(name, optim::StateBuffer::caller(buffer));
   t.bound_fresh = t.bound_fresh || fresh;
   t.epoch = 0;  // the next step looks its state buffers up again
 }

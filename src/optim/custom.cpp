@@ -78,20 +78,7 @@ class CustomRule final : public UpdateRule {
     }
   }
 
-  std::string structure(const Options& h) const override {
-    return def_.structure ? def_.structure(h) : "";
-  }
-
   Graph graph(const Options& h) const override { return normalized(h).graph; }
-
-  std::vector<std::string> state_names(const Options& h) const override {
-    std::vector<std::string> names;
-    for (const Node& n : normalized(h).graph.nodes())
-      if (n.op == Op::Input && n.role == Role::State) names.push_back(n.name);
-    return names;
-  }
-
-  std::vector<std::string> all_state_names() const override { return state_names(def_.defaults); }
 
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {
@@ -131,9 +118,10 @@ class CustomRule final : public UpdateRule {
     std::vector<std::string> source_scalars;
   };
 
-  // The normalized graph of `h`'s structure, built once (step() may ask from several threads).
+  // The normalized graph of `h`'s structure (CustomOptimizer::structure), built once (step() may
+  // ask from several threads).
   const Entry& entry(const Options& h) const {
-    std::string s = structure(h);
+    std::string s = def_.structure ? def_.structure(h) : "";
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(s);
     if (it == cache_.end()) {

@@ -23,7 +23,7 @@ struct GradPrologue {
   bool scaled = false;       // multiply by the runtime scalar "grad_scale"
 
   bool empty() const { return !accumulated && !scaled; }
-  // Appended to the rule's structure text: "" when empty, else e.g. "|gacc|gscale".
+  // Appended to the graph's name: "" when empty, else e.g. "|gacc|gscale".
   std::string structure() const;
 };
 

@@ -38,8 +38,6 @@ class Lamb final : public UpdateRule {
                   " (0 disables the clamp)");
   }
 
-  std::string structure(const Options&) const override { return ""; }
-
   Graph graph(const Options&) const override {
     Graph gr("lamb");
     Value p = gr.param("param"), g = gr.grad("grad");
@@ -61,11 +59,6 @@ class Lamb final : public UpdateRule {
     gr.output("param", p - u * (trust * gr.scalar("lr")));
     return gr;
   }
-
-  std::vector<std::string> state_names(const Options&) const override {
-    return {"exp_avg", "exp_avg_sq"};
-  }
-  std::vector<std::string> all_state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {

@@ -37,10 +37,6 @@ class Lars final : public UpdateRule {
     if (eps < 0) throw Error(where + ": Invalid epsilon value: " + pyfloat(eps));
   }
 
-  std::string structure(const Options& h) const override {
-    return std::string("momentum=") + (has_momentum(h) ? "1" : "0");
-  }
-
   Graph graph(const Options& h) const override {
     Graph gr(has_momentum(h) ? "lars_momentum" : "lars");
     Value p = gr.param("param"), g = gr.grad("grad");
@@ -60,12 +56,6 @@ class Lars final : public UpdateRule {
     gr.output("param", p - gr.scalar("lr") * d);
     return gr;
   }
-
-  std::vector<std::string> state_names(const Options& h) const override {
-    if (has_momentum(h)) return {"momentum_buffer"};
-    return {};
-  }
-  std::vector<std::string> all_state_names() const override { return {"momentum_buffer"}; }
 
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {

@@ -23,8 +23,6 @@ class Lion final : public UpdateRule {
     validate_adam_like(h, where, /*has_eps=*/false);
   }
 
-  std::string structure(const Options&) const override { return ""; }
-
   Graph graph(const Options&) const override {
     Graph gr("lion");
     Value p = gr.param("param"), m = gr.state("exp_avg"), g = gr.grad("grad");
@@ -33,9 +31,6 @@ class Lion final : public UpdateRule {
     gr.output("exp_avg", gr.scalar("beta2") * m + gr.scalar("one_minus_beta2") * g);
     return gr;
   }
-
-  std::vector<std::string> state_names(const Options&) const override { return {"exp_avg"}; }
-  std::vector<std::string> all_state_names() const override { return {"exp_avg"}; }
 
   void scalars(const Options& h, const TensorStep&,
                std::map<std::string, double>* out) const override {

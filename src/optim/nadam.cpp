@@ -36,10 +36,6 @@ class Nadam final : public UpdateRule {
     if (md < 0) throw Error(where + ": Invalid momentum_decay value: " + pyfloat(md));
   }
 
-  std::string structure(const Options& h) const override {
-    return std::string("decoupled_weight_decay=") + (decoupled(h) ? "1" : "0");
-  }
-
   Graph graph(const Options& h) const override {
     bool dec = decoupled(h);
     Graph gr(std::string("nadam") + (dec ? "_decoupled" : ""));
@@ -52,10 +48,6 @@ class Nadam final : public UpdateRule {
     return gr;
   }
 
-  std::vector<std::string> state_names(const Options&) const override {
-    return {"exp_avg", "exp_avg_sq"};
-  }
-  std::vector<std::string> all_state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   HostState initial_host_state() const override { return {{"mu_product", 1.0}}; }
 
   void scalars(const Options& h, const TensorStep& t,

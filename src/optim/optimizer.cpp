@@ -34,27 +34,26 @@ std::string Impl::where(size_t group, size_t index, const ParamRef& ref) {
 
 namespace {
 
-// Each tensor's kernel: the gradient-centralized graph where GC applies, else the plain one; with
+// Each tensor's kernel: the gradient-centralized graph where GC applies, else the plan's; with
 // tuned schedules, the schedule for the tensor's size (a model has few distinct sizes, so this
-// makes few kernels). Every one takes the plain kernel's arguments (GC adds a row reduction only).
-void assign_tensor_kernels(Impl& impl, Impl::Group& g, const Graph& plain,
-                           const std::function<Graph()>& make_centralized,
-                           const Kernel& reference) {
+// makes few kernels). Every one takes the plan kernel's arguments (GC adds a row reduction only).
+void assign_tensor_kernels(Impl& impl, Impl::Group& g) {
+  const optim::GroupPlan& plan = *g.plan;
   const bool by_size = impl.engine->tuned_schedules() > 0;
   std::optional<Graph> centralized;
   std::map<std::pair<bool, int64_t>, std::shared_ptr<const Kernel>> made;
   for (auto& t : g.tensors) {
     const bool gc = t.gc_cols(g.options) > 0;
-    if (gc && !centralized) centralized = make_centralized();
-    const Graph& graph = gc ? *centralized : plain;
+    if (gc && !centralized) centralized = optim::group_graph(plan.recipe, true);
+    const Graph& graph = gc ? *centralized : plan.graph;
     const int64_t n = by_size ? t.ref.param.numel : 0;
     auto& k = made[{gc, n}];
     if (!k) {
       k = by_size ? impl.engine->kernel(graph, n) : impl.engine->kernel(graph);
-      KernelSignature a = reference.signature(), b = k->signature();
+      KernelSignature a = plan.kernel->signature(), b = k->signature();
       a.per_row = b.per_row = false;  // (a custom graph's plain kernel may reduce per row too)
       if (signature_text(a) != signature_text(b))
-        internal_error("a tensor kernel's arguments differ from the group's plain kernel's");
+        internal_error("a tensor kernel's arguments differ from the group's plan kernel's");
     }
     t.kernel = k;
   }
@@ -65,63 +64,36 @@ void assign_tensor_kernels(Impl& impl, Impl::Group& g, const Graph& plain,
 void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
   const optim::Precision precision = optim::group_precision(g, group);
   const optim::GradPrologue prologue = impl.control.prologue();
-  std::string structure =
-      impl.rule->structure(g.options) + prologue.structure() + "|" + precision.str();
-  // (load_state replaces the tensors, so each must still have its kernel.)
-  if (g.kernel && g.structure == structure &&
-      std::all_of(g.tensors.begin(), g.tensors.end(),
-                  [](const Impl::Tensor& t) { return t.kernel; }))
-    return;
-  auto graph_for = [&](const Options& options) {
-    return optim::apply_precision(
-        optim::with_grad_prologue(optim::rule_graph(*impl.rule, options, precision), prologue),
-        precision);
-  };
-  Options plain = g.options;
-  if (plain.value("grad_centralization", false)) plain["grad_centralization"] = false;
-  const Graph plain_graph = graph_for(plain);
-  auto kernel = impl.engine->kernel(plain_graph);  // the group's signature
-  assign_tensor_kernels(
-      impl, g, plain_graph, [&] { return graph_for(g.options); }, *kernel);
-  std::vector<std::string> names =
-      optim::precision_state_names(impl.rule->state_names(g.options), precision);
-  if (prologue.accumulated) names.push_back(optim::kGradAccum);  // read-only: no output
-  std::vector<int> slots;
-  for (const auto& in : kernel->signature().inputs) {
-    if (in.role != Role::State) {
-      slots.push_back(-1);
-      continue;
+  const optim::GroupPlan* plan = g.plan.get();
+  const bool checked = plan && g.plan_options == g.options && plan->recipe.precision == precision &&
+                       plan->recipe.prologue.accumulated == prologue.accumulated &&
+                       plan->recipe.prologue.scaled == prologue.scaled;
+  if (!checked) {
+    // Options changed (a scheduler's lr, or a structural flag): a new plan only if the graph
+    // did, so that a value the kernel takes as a scalar recompiles nothing.
+    optim::GraphRecipe recipe{impl.rule.get(), g.options, precision, prologue};
+    if (!plan || !optim::same_graph(*plan, recipe)) {
+      g.plan = optim::plan_group(*impl.engine, std::move(recipe), ++impl.plans_made);
+      for (auto& t : g.tensors) t.kernel.reset();  // every tensor is bound to the new plan
     }
-    auto it = std::find(names.begin(), names.end(), in.name);
-    if (it == names.end()) internal_error("kernel state '" + in.name + "' not declared by rule");
-    slots.push_back(static_cast<int>(it - names.begin()));
+    g.plan_options = g.options;
   }
-  std::vector<size_t> output_input;
-  for (const auto& out : kernel->signature().outputs) {
-    int i = kernel->signature().input_index(out.replaces);
-    if (i < 0) internal_error("output replaces unknown input '" + out.replaces + "'");
-    output_input.push_back(static_cast<size_t>(i));
-  }
-  g.kernel = std::move(kernel);
-  g.structure = std::move(structure);
-  g.state_slot = std::move(slots);
-  g.state_names = std::move(names);
-  g.output_input = std::move(output_input);
-  g.precision = precision;
-  g.key_slot = g.kernel->signature().scalar_index(optim::kRoundingKey);
-  ++g.epoch;  // every tensor's state is checked against the new binding at this step
+  // (load_state replaces the tensors, so each must still have its kernel.)
+  if (!std::all_of(g.tensors.begin(), g.tensors.end(),
+                   [](const Impl::Tensor& t) { return t.kernel; }))
+    assign_tensor_kernels(impl, g);
 }
 
 namespace {
 
 // Each kernel input's state buffer for `t` (Tensor::inputs), once its state is complete.
 void bind_state(Impl::Tensor& t, const Impl::Group& g) {
-  const KernelSignature& sig = g.kernel->signature();
+  const KernelSignature& sig = g.plan->kernel->signature();
   t.inputs.assign(sig.inputs.size(), nullptr);
   for (size_t i = 0; i < sig.inputs.size(); ++i)
     if (sig.inputs[i].role == Role::State)
       t.inputs[i] = optim::state_pointer(t, sig.inputs[i].name, sig.inputs[i].dtype);
-  t.epoch = g.epoch;
+  t.epoch = g.plan->epoch;
 }
 
 std::string no_dense_grads(const std::string& type) {
@@ -139,7 +111,9 @@ Optimizer::~Optimizer() {
   if (impl_->memory != Memory::Cuda || !impl_->cuda_context) return;
   for (const auto& g : impl_->groups)
     for (const auto& t : g.tensors)
-      if (!t.device.empty()) {
+      if (std::any_of(t.state.begin(), t.state.end(), [](const auto& s) {
+            return s.second.kind() == optim::StateBuffer::Kind::Device;
+          })) {
         try {
           optim::synchronize(impl_->cuda_context);
         } catch (...) {  // a destructor cannot report it; the memory is freed all the same
@@ -317,7 +291,7 @@ static void update(Impl& impl) {
     for (size_t ti = 0; ti < impl_->groups[gi].tensors.size(); ++ti) {
       Impl::Group& g = impl_->groups[gi];
       Impl::Tensor& t = g.tensors[ti];
-      if (t.epoch == g.epoch) continue;  // complete since the group's kernel was bound
+      if (t.epoch == g.plan->epoch) continue;  // complete since the group's plan was made
       const std::string who = Impl::where(gi, ti, t.ref);
       if (impl_->memory == Memory::Cuda)
         optim::plan_device_state(*impl_, g, t, who, &pending);
@@ -330,17 +304,19 @@ static void update(Impl& impl) {
       if (t.bound_fresh) created.push_back(&t);
   for (auto& p : pending) {
     // A converted buffer (state_dtype changed) or a master copy is not new state for the rule.
-    bool fresh = !p.tensor->state.count(p.name) && !p.tensor->state16.count(p.name) &&
-                 !p.tensor->device.count(p.name) && p.name != optim::kMasterState;
+    bool fresh = !p.tensor->state.count(p.name) && p.name != optim::kMasterState;
     optim::install(p);
     if (fresh) created.push_back(p.tensor);
   }
   for (auto& g : impl_->groups)
     for (auto& t : g.tensors)
-      if (t.epoch != g.epoch) {
+      if (t.epoch != g.plan->epoch) {
         // Without master weights the param is the value: a copy kept from before would be stale
         // if master weights were turned on again.
-        if (g.precision.unmastered()) t.state.erase(optim::kMasterState);
+        if (auto m = t.state.find(optim::kMasterState); g.plan->recipe.precision.unmastered() &&
+                                                        m != t.state.end() &&
+                                                        !m->second.caller_owned())
+          t.state.erase(m);
         bind_state(t, g);
       }
   // Host state: a tensor that has none yet (its first step) starts with the rule's initial one.
@@ -374,7 +350,7 @@ Options Optimizer::step_options() const { return impl_->control.options.to_json(
 std::vector<Optimizer::KernelUse> Optimizer::kernel_uses() const {
   std::vector<KernelUse> uses;
   for (const auto& g : impl_->groups) {
-    if (!g.kernel) continue;
+    if (!g.plan) continue;
     std::vector<const Kernel*> counted;  // this group's kernels (several with tuned schedules)
     for (const auto& t : g.tensors) {
       const Kernel* k = t.kernel.get();
@@ -399,8 +375,8 @@ int64_t Optimizer::bytes_per_step() const {
   int64_t bytes = 0;
   for (size_t gi = 0; gi < impl_->groups.size(); ++gi) {
     const Impl::Group& g = impl_->groups[gi];
-    int64_t states = static_cast<int64_t>(impl_->rule->state_names(g.options).size());
     optim::Precision p = optim::group_precision(g, gi);
+    const int64_t states = optim::rule_state_count({impl_->rule.get(), g.options, p, {}});
     // grad_accum (f32) is read once more when accumulating
     const int64_t accum = impl_->control.options.accumulating() ? 4 : 0;
     for (const auto& t : g.tensors) {

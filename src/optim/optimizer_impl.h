@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "optfuse/optim.h"
-#include "optim/device_buffer.h"
+#include "optim/group_plan.h"
 #include "optim/param_index.h"
 #include "optim/precision.h"
 #include "optim/rule.h"
 #include "optim/sparse_grad.h"
+#include "optim/state_buffer.h"
 #include "optim/step_control.h"
 #include "optim/worker_pool.h"
 
@@ -20,21 +21,13 @@ namespace optfuse {
 struct Optimizer::Impl {
   struct Tensor {
     ParamRef ref;
-    int64_t step = 0;                                 // torch's state['step']
-    std::map<std::string, std::vector<float>> state;  // created lazily at the first step
-    optim::HostState host;                            // the rule's per-tensor host state
-    // 16-bit state: bf16 (state_dtype "bf16"), or the param's dtype without master weights.
-    struct Buffer16 {
-      DType dtype = DType::BF16;
-      std::vector<uint16_t> bits;
-    };
-    std::map<std::string, Buffer16> state16;
-    // Device tensors: all their state, f32 and bf16, on the device (state and state16 stay
-    // empty). Shared so that copies of a Tensor (set() checks a changed copy) share the memory.
-    std::map<std::string, std::shared_ptr<optim::DeviceBuffer>> device;
-    // Caller-owned state (Optimizer::bind_state / bind_scalar, caller_state.cpp): buffers used
-    // instead of the optimizer's own, and scalars ("step", host state) mirrored in caller memory.
-    std::map<std::string, TensorRef> bound;
+    int64_t step = 0;  // torch's state['step']
+    // Every state buffer, by name, whatever its dtype and memory (state_buffer.h): the rule's,
+    // the master copy, the accumulation buffer; made at the first step that needs it, or bound
+    // by the caller (Optimizer::bind_state, caller_state.cpp).
+    std::map<std::string, optim::StateBuffer> state;
+    optim::HostState host;  // the rule's per-tensor host state
+    // Caller-owned scalars ("step", host state) mirrored in caller memory (Optimizer::bind_scalar).
     std::map<std::string, TensorRef> bound_scalars;
     bool bound_fresh = false;  // the bound buffers are new state for the next update
     uint32_t stream = 0;       // this tensor's stochastic-rounding stream (precision.h)
@@ -54,26 +47,22 @@ struct Optimizer::Impl {
       return cols > 0 ? cols : 1;
     }
     // The kernel this tensor runs: the group's graph (gradient-centralized where GC applies)
-    // with the group's schedule, or the tuned one for its size. Same arguments as Group::kernel.
+    // with the group's schedule, or the tuned one for its size. Same arguments as the plan's
+    // kernel.
     std::shared_ptr<const Kernel> kernel;
-    // The group epoch this tensor's state was completed for (0: never), and the state buffer
-    // each kernel input reads then (null for the param and grad, which the caller may change):
-    // a step whose group epoch is unchanged neither re-plans the state nor looks it up by name.
+    // The epoch of the group plan this tensor's state was completed for (0: never), and the
+    // state buffer each kernel input reads then (null for the param and grad, which the caller
+    // may change): a step whose plan is unchanged neither re-plans the state nor looks it up.
     uint64_t epoch = 0;
     std::vector<void*> inputs;
   };
   struct Group {
     Options options;  // defaults merged with overrides, validated
     std::vector<Tensor> tensors;
-    // Resolved at the first step after a structural change:
-    std::string structure;
-    std::shared_ptr<const Kernel> kernel;  // the plain graph's: the signature every tensor's takes
-    std::vector<int> state_slot;  // kernel input position -> index into state_names (-1: p / g)
-    std::vector<std::string> state_names;
-    std::vector<size_t> output_input;  // kernel output position -> the input position it replaces
-    optim::Precision precision;        // the dtypes of the bound kernel
-    int key_slot = -1;                 // scalar position of round_sr's key; -1 if none
-    uint64_t epoch = 0;                // advanced at each such resolution (see Tensor::epoch)
+    // The group's final update graph and all that is derived from it (group_plan.h), and the
+    // options it was last checked against: resolved at the first step after they change.
+    std::shared_ptr<const optim::GroupPlan> plan;
+    Options plan_options;
 
     // step()'s scalars (step_round.cpp): tensors of a group nearly always share their step and
     // host state, so the scalars (and the host state they lead to) are computed once and reused
@@ -99,6 +88,7 @@ struct Optimizer::Impl {
   optim::ParamIndex params;  // every group's params by address, for set_grad's overlap check
   std::unique_ptr<optim::WorkerPool> pool;  // for small tensors; made at the first step needing it
   optim::StepControl control;               // clipping, loss scaling, accumulation (step_control.h)
+  uint64_t plans_made = 0;                  // the last GroupPlan::epoch given
   // Scratch for step()'s round of kernel calls (step_round.h), kept so that a step allocates
   // nothing: each tensor's whole call, the slices they are cut into, the runs of slices a thread
   // claims at a time (start indices, then the end), and each thread's call for its slice.
@@ -124,7 +114,8 @@ struct Optimizer::Impl {
 
 // The group at `group`; Error naming it if there is none.
 Optimizer::Impl::Group& group_at(Optimizer::Impl& impl, size_t group);
-// Binds a group to the kernel for its current structure and dtypes (compiling on first use).
+// Gives the group the plan for its current options and dtypes (compiling on first use), and
+// every tensor its kernel.
 void resolve_kernel(Optimizer::Impl& impl, Optimizer::Impl::Group& g, size_t group);
 
 namespace optim {

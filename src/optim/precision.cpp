@@ -14,12 +14,6 @@ namespace optfuse::optim {
 const char* const kMasterState = "master";
 const char* const kRoundingKey = "rounding_key";
 
-std::string Precision::str() const {
-  return std::string("param=") + std::string(dtype_name(param)) +
-         ",grad=" + std::string(dtype_name(grad)) + ",state=" + std::string(dtype_name(state)) +
-         ",sr=" + (stochastic ? "1" : "0") + (unmastered() ? ",master=0" : "");
-}
-
 Options precision_defaults() {
   return {{"state_dtype", "f32"},
           {"master_weights", true},

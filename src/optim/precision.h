@@ -45,8 +45,11 @@ struct Precision {
   bool has_master() const { return param != DType::F32 && master; }
   // A 16-bit param updated in its own dtype (master_weights false).
   bool unmastered() const { return param != DType::F32 && !master; }
-  // Appended to the rule's structure string: differs exactly when the transformed graph does.
-  std::string str() const;
+  // (`master` matters only for 16-bit params.)
+  bool operator==(const Precision& o) const {
+    return param == o.param && grad == o.grad && state == o.state && stochastic == o.stochastic &&
+           unmastered() == o.unmastered();
+  }
 };
 
 // The name of the f32 master copy of a 16-bit param, and of the scalar holding round_sr's key.

@@ -36,10 +36,6 @@ class Radam final : public UpdateRule {
     validate_adam_like(h, where);
   }
 
-  std::string structure(const Options& h) const override {
-    return std::string("decoupled_weight_decay=") + (decoupled(h) ? "1" : "0");
-  }
-
   Graph graph(const Options& h) const override {
     bool dec = decoupled(h);
     Graph gr(std::string("radam") + (dec ? "_decoupled" : ""));
@@ -50,11 +46,6 @@ class Radam final : public UpdateRule {
     gr.output("param", p - gr.scalar("step_size") * d);
     return gr;
   }
-
-  std::vector<std::string> state_names(const Options&) const override {
-    return {"exp_avg", "exp_avg_sq"};
-  }
-  std::vector<std::string> all_state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {

@@ -7,9 +7,51 @@
 
 namespace optfuse::optim {
 
+// Each built-in rule's factory, defined in its own file.
+std::unique_ptr<UpdateRule> make_sgd();
+std::unique_ptr<UpdateRule> make_adam(bool decoupled_weight_decay);  // false: Adam, true: AdamW
+std::unique_ptr<UpdateRule> make_adagrad();
+std::unique_ptr<UpdateRule> make_rmsprop();
+std::unique_ptr<UpdateRule> make_adamax();
+std::unique_ptr<UpdateRule> make_nadam();
+std::unique_ptr<UpdateRule> make_radam();
+std::unique_ptr<UpdateRule> make_lion();  // not in torch.optim: Chen et al. 2023 / lion-pytorch
+// Per-tensor trust ratios from norms (reductions in the same kernel): not in torch.optim.
+std::unique_ptr<UpdateRule> make_lamb();         // apex FusedLAMB (adam_w_mode), see lamb.cpp
+std::unique_ptr<UpdateRule> make_lars();         // torchlars over SGD, see lars.cpp
+std::unique_ptr<UpdateRule> make_sparse_adam();  // torch.optim.SparseAdam
+
+namespace {
+
+// The one list of built-in optimizers: torch's lowercase name, and its factory. An alias is
+// accepted by make_rule but not listed by rule_types().
+struct Builtin {
+  const char* name;
+  std::unique_ptr<UpdateRule> (*make)();
+  bool alias = false;
+};
+const Builtin kBuiltins[] = {
+    {"adagrad", make_adagrad},
+    {"adam", [] { return make_adam(false); }},
+    {"adamax", make_adamax},
+    {"adamw", [] { return make_adam(true); }},
+    {"lamb", make_lamb},
+    {"lars", make_lars},
+    {"lion", make_lion},
+    {"nadam", make_nadam},
+    {"radam", make_radam},
+    {"rmsprop", make_rmsprop},
+    {"sgd", make_sgd},
+    {"sparseadam", make_sparse_adam},
+    {"lazyadam", make_sparse_adam, true},
+};
+
+}  // namespace
+
 std::vector<std::string> rule_types() {
-  std::vector<std::string> types = {"adagrad", "adam",  "adamax", "adamw",   "lamb", "lars",
-                                    "lion",    "nadam", "radam",  "rmsprop", "sgd",  "sparseadam"};
+  std::vector<std::string> types;
+  for (const Builtin& b : kBuiltins)
+    if (!b.alias) types.push_back(b.name);
   for (const std::string& t : registered_types()) types.push_back(t);
   return types;
 }
@@ -18,18 +60,8 @@ std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
   check_name(type, "optimizer type");
   std::string t = type;
   std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (t == "sgd") return make_sgd();
-  if (t == "adam") return make_adam(false);
-  if (t == "adamw") return make_adam(true);
-  if (t == "adagrad") return make_adagrad();
-  if (t == "rmsprop") return make_rmsprop();
-  if (t == "adamax") return make_adamax();
-  if (t == "nadam") return make_nadam();
-  if (t == "radam") return make_radam();
-  if (t == "lion") return make_lion();
-  if (t == "lamb") return make_lamb();
-  if (t == "lars") return make_lars();
-  if (t == "sparseadam" || t == "lazyadam") return make_sparse_adam();
+  for (const Builtin& b : kBuiltins)
+    if (t == b.name) return b.make();
   if (auto custom = make_registered_rule(t)) return custom;
   std::string known;
   for (const auto& k : rule_types()) known += (known.empty() ? "" : ", ") + k;

@@ -36,11 +36,6 @@ class Rmsprop final : public UpdateRule {
     if (alpha < 0) throw Error(where + ": Invalid alpha value: " + pyfloat(alpha));
   }
 
-  std::string structure(const Options& h) const override {
-    return std::string("centered=") + (centered(h) ? "1" : "0") +
-           ",momentum=" + (has_momentum(h) ? "1" : "0");
-  }
-
   Graph graph(const Options& h) const override {
     bool c = centered(h), momentum = has_momentum(h);
     Graph gr(std::string("rmsprop") + (c ? "_centered" : "") + (momentum ? "_momentum" : ""));
@@ -65,17 +60,6 @@ class Rmsprop final : public UpdateRule {
     }
     gr.output("param", p - gr.scalar("lr") * d);
     return gr;
-  }
-
-  std::vector<std::string> state_names(const Options& h) const override {
-    std::vector<std::string> names = {"square_avg"};
-    if (has_momentum(h)) names.push_back("momentum_buffer");
-    if (centered(h)) names.push_back("grad_avg");
-    return names;
-  }
-
-  std::vector<std::string> all_state_names() const override {
-    return {"square_avg", "momentum_buffer", "grad_avg"};
   }
 
   void scalars(const Options& h, const TensorStep&,

@@ -1,7 +1,9 @@
 #pragma once
-// An UpdateRule is one optimizer's knowledge: torch's defaults and validation, the update graph
-// for a given STRUCTURE (which terms exist), and the per-step host scalars (computed in double,
-// rounded once to the kernel's dtype when the kernel is called).
+// An UpdateRule is what only one optimizer knows: torch's defaults and validation, its update
+// graph for given options, and the per-step host scalars (computed in double, rounded once to the
+// kernel's dtype when the kernel is called). Everything else (which state buffers exist, their
+// dtypes, when to recompile) is derived from the graph (group_plan.h). Adding an optimizer is
+// one file with a make_* function, plus its line in the table of registry.cpp.
 #include <map>
 #include <memory>
 #include <string>
@@ -33,17 +35,14 @@ class UpdateRule {
   virtual Options defaults() const = 0;
   // Throws Error("<where>: Invalid ...") if `h` is not acceptable; `where` names the group.
   virtual void validate(const Options& h, const std::string& where) const = 0;
-  // A short text that differs exactly when the graph would (e.g. "amsgrad=1").
-  virtual std::string structure(const Options& h) const = 0;
+  // The update for options `h`: its state inputs are the tensor's state buffers (torch's names),
+  // and options it reads only through scalars() may change at any step without recompiling.
   virtual Graph graph(const Options& h) const = 0;
   // The graph for 16-bit params without master weights ("master_weights": false, precision.h):
   // the same update as graph() in real arithmetic, with its f32 ops in the order of the rule's
   // torch fused twin where it has one, so that the values rounded once to the param's dtype are
   // torch's. Same inputs, outputs and scalars as graph(). Default: graph(h).
   virtual Graph unmastered_graph(const Options& h) const { return graph(h); }
-  virtual std::vector<std::string> state_names(const Options& h) const = 0;
-  // Every state name this optimizer can have under any structure (for checking state files).
-  virtual std::vector<std::string> all_state_names() const = 0;
   // The value a new state buffer is filled with (torch: zeros_like, except e.g. Adagrad's
   // full_like(p, initial_accumulator_value)); rounded to float32 once.
   virtual double initial_state_value(const Options& h, const std::string& name) const {
@@ -68,19 +67,5 @@ std::unique_ptr<UpdateRule> make_rule_for_config(const Options& config);
 std::unique_ptr<UpdateRule> make_custom_rule(const CustomOptimizer& def);
 std::unique_ptr<UpdateRule> make_registered_rule(const std::string& type);
 std::vector<std::string> registered_types();
-
-std::unique_ptr<UpdateRule> make_sgd();
-std::unique_ptr<UpdateRule> make_adam(bool decoupled_weight_decay);  // false: Adam, true: AdamW
-std::unique_ptr<UpdateRule> make_adagrad();
-std::unique_ptr<UpdateRule> make_rmsprop();
-std::unique_ptr<UpdateRule> make_adamax();
-std::unique_ptr<UpdateRule> make_nadam();
-std::unique_ptr<UpdateRule> make_radam();
-std::unique_ptr<UpdateRule> make_lion();
-// Per-tensor trust ratios from norms (reductions in the same kernel): not in torch.optim.
-std::unique_ptr<UpdateRule> make_lamb();         // apex FusedLAMB (adam_w_mode), see lamb.cpp
-std::unique_ptr<UpdateRule> make_lars();         // torchlars over SGD, see lars.cpp
-std::unique_ptr<UpdateRule> make_sparse_adam();  // torch.optim.SparseAdam ("lazyadam" too)  // not
-                                                 // in torch.optim: Chen et al. 2023 / lion-pytorch
 
 }  // namespace optfuse::optim

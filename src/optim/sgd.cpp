@@ -45,12 +45,6 @@ class Sgd final : public UpdateRule {
       throw Error(where + ": Nesterov momentum requires a momentum and zero dampening");
   }
 
-  std::string structure(const Options& h) const override {
-    return std::string("momentum=") + (has_momentum(h) ? "1" : "0") +
-           ",nesterov=" + (h.at("nesterov").get<bool>() ? "1" : "0") +
-           (h.value("grad_centralization", false) ? ",gc=1" : "");
-  }
-
   Graph graph(const Options& h) const override {
     bool momentum = has_momentum(h), nesterov = h.at("nesterov").get<bool>();
     bool gc = h.value("grad_centralization", false);
@@ -68,13 +62,6 @@ class Sgd final : public UpdateRule {
     gr.output("param", p - gr.scalar("lr") * d);
     return gr;
   }
-
-  std::vector<std::string> state_names(const Options& h) const override {
-    if (has_momentum(h)) return {"momentum_buffer"};
-    return {};
-  }
-
-  std::vector<std::string> all_state_names() const override { return {"momentum_buffer"}; }
 
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {

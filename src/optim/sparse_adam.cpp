@@ -37,8 +37,6 @@ class SparseAdam final : public UpdateRule {
       throw Error(where + ": Invalid beta parameter at index 1: " + pyfloat(b2));
   }
 
-  std::string structure(const Options&) const override { return ""; }
-
   Graph graph(const Options&) const override {
     Graph gr("sparseadam");
     Value p = gr.param("param"), m = gr.state("exp_avg"), v = gr.state("exp_avg_sq");
@@ -50,11 +48,6 @@ class SparseAdam final : public UpdateRule {
     gr.output("param", p - gr.scalar("step_size") * (m_new / (sqrt(v_new) + gr.scalar("eps"))));
     return gr;
   }
-
-  std::vector<std::string> state_names(const Options&) const override {
-    return {"exp_avg", "exp_avg_sq"};
-  }
-  std::vector<std::string> all_state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {

@@ -52,15 +52,15 @@ Precision group_precision(const Options& h, const Impl::Group& g, size_t group) 
 
 namespace {
 
-// Whether `name` is bound by the caller (Optimizer::bind_state) in the dtype the step needs;
-// Error if bound in another.
-bool bound_as(const Impl::Tensor& t, const std::string& name, DType want, const std::string& who) {
-  auto b = t.bound.find(name);
-  if (b == t.bound.end()) return false;
-  if (b->second.dtype != want)
-    throw Error(who + ": the caller's state '" + name + "' is " +
-                std::string(dtype_name(b->second.dtype)) + " but the step needs " +
-                std::string(dtype_name(want)) + " (state_dtype changed?): bind a new buffer");
+// Whether `s` is bound by the caller (Optimizer::bind_state) in the dtype the step needs; Error
+// if bound in another.
+bool bound_as(const Impl::Tensor& t, const StateSlot& s, const std::string& who) {
+  auto b = t.state.find(s.name);
+  if (b == t.state.end() || !b->second.caller_owned()) return false;
+  if (b->second.dtype() != s.dtype)
+    throw Error(who + ": the caller's state '" + s.name + "' is " +
+                std::string(dtype_name(b->second.dtype())) + " but the step needs " +
+                std::string(dtype_name(s.dtype)) + " (state_dtype changed?): bind a new buffer");
   return true;
 }
 
@@ -69,36 +69,28 @@ bool bound_as(const Impl::Tensor& t, const std::string& name, DType want, const 
 void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
                 const std::string& who, std::vector<PendingState>* out) {
   const size_t n = static_cast<size_t>(t.ref.param.numel);
-  for (const auto& name : g.state_names) {
-    if (name == kGradAccum) continue;  // made by the accumulation micro-steps (step_control.cpp)
-    DType want = state_buffer_dtype(name, g.precision);
-    if (bound_as(t, name, want, who)) continue;
-    auto f32 = t.state.find(name);
-    auto b16 = t.state16.find(name);
-    if (want == DType::F32 ? f32 != t.state.end()
-                           : b16 != t.state16.end() && b16->second.dtype == want)
-      continue;
-    PendingState p{&t, name, want, {}, {}, nullptr};
-    if (name == kMasterState) {
+  for (const StateSlot& s : g.plan->state) {
+    if (s.name == kGradAccum) continue;  // made by the accumulation micro-steps (step_control.cpp)
+    if (bound_as(t, s, who)) continue;
+    auto held = t.state.find(s.name);
+    if (held != t.state.end() && held->second.dtype() == s.dtype) continue;
+    PendingState p{&t, s.name, s.dtype, {}, {}, nullptr};
+    if (s.name == kMasterState) {
       p.f32 = widen_to_f32(t.ref.param.data, t.ref.param.dtype, t.ref.param.numel);
-    } else if (b16 != t.state16.end()) {  // held in another 16-bit dtype or wanted in f32
-      std::vector<float> wide =
-          widen_to_f32(b16->second.bits.data(), b16->second.dtype, static_cast<int64_t>(n));
-      if (want == DType::F32) {
+    } else if (held != t.state.end()) {  // held in another dtype (state_dtype changed)
+      std::vector<float> wide = held->second.to_f32();
+      if (s.dtype == DType::F32) {
         p.f32 = std::move(wide);
       } else {
         p.bf16.resize(n);
-        for (size_t i = 0; i < n; ++i) p.bf16[i] = to_16bit(wide[i], want);
+        for (size_t i = 0; i < n; ++i) p.bf16[i] = to_16bit(wide[i], s.dtype);
       }
-    } else if (want != DType::F32 && f32 != t.state.end()) {
-      p.bf16.resize(n);
-      for (size_t i = 0; i < n; ++i) p.bf16[i] = to_16bit(f32->second[i], want);
     } else {
-      auto fill = static_cast<float>(rule.initial_state_value(g.options, name));
-      if (want == DType::F32)
+      auto fill = static_cast<float>(rule.initial_state_value(g.options, s.name));
+      if (s.dtype == DType::F32)
         p.f32.assign(n, fill);
       else
-        p.bf16.assign(n, to_16bit(fill, want));
+        p.bf16.assign(n, to_16bit(fill, s.dtype));
     }
     out->push_back(std::move(p));
   }
@@ -124,54 +116,37 @@ void copy_master_on_device(const Impl& impl, const Impl::Tensor& t, DeviceBuffer
 
 void plan_device_state(const Impl& impl, const Impl::Group& g, Impl::Tensor& t,
                        const std::string& who, std::vector<PendingState>* out) {
-  for (const auto& name : g.state_names) {
-    if (name == kGradAccum) continue;  // (accumulation is refused on the device)
-    const DType want = state_buffer_dtype(name, g.precision);
-    if (bound_as(t, name, want, who)) continue;
-    if (auto it = t.device.find(name); it != t.device.end()) {
+  for (const StateSlot& s : g.plan->state) {
+    if (s.name == kGradAccum) continue;  // (accumulation is refused on the device)
+    if (bound_as(t, s, who)) continue;
+    if (auto it = t.state.find(s.name); it != t.state.end()) {
       // (bf16 state is refused on the device, so state_dtype cannot have changed.)
-      if (it->second->dtype() != want)
-        internal_error(who + ": device state '" + name + "' changed dtype");
+      if (it->second.dtype() != s.dtype)
+        internal_error(who + ": device state '" + s.name + "' changed dtype");
       continue;
     }
-    PendingState p{&t, name, want, {}, {}, nullptr};
-    p.device = std::make_shared<DeviceBuffer>(impl.cuda_context, t.ref.param.numel, want,
-                                              who + ": state '" + name + "'");
-    if (name == kMasterState)
+    PendingState p{&t, s.name, s.dtype, {}, {}, nullptr};
+    p.device = std::make_shared<DeviceBuffer>(impl.cuda_context, t.ref.param.numel, s.dtype,
+                                              who + ": state '" + s.name + "'");
+    if (s.name == kMasterState)
       copy_master_on_device(impl, t, *p.device);
     else
-      p.device->fill(impl.rule->initial_state_value(g.options, name), impl.cuda_stream);
+      p.device->fill(impl.rule->initial_state_value(g.options, s.name), impl.cuda_stream);
     out->push_back(std::move(p));
   }
 }
 
 void install(PendingState& p) {
-  if (p.device) {
-    p.tensor->state.erase(p.name);
-    p.tensor->state16.erase(p.name);
-    p.tensor->device[p.name] = std::move(p.device);
-    return;
-  }
-  if (p.dtype == DType::F32) {
-    p.tensor->state16.erase(p.name);
-    p.tensor->state[p.name] = std::move(p.f32);
-  } else {
-    p.tensor->state.erase(p.name);
-    p.tensor->state16[p.name] = {p.dtype, std::move(p.bf16)};
-  }
+  StateBuffer b = p.device                ? StateBuffer::device(std::move(p.device))
+                  : p.dtype == DType::F32 ? StateBuffer::host(std::move(p.f32))
+                                          : StateBuffer::host(p.dtype, std::move(p.bf16));
+  p.tensor->state.insert_or_assign(p.name, std::move(b));
 }
 
 void* state_pointer(Impl::Tensor& t, const std::string& name, DType dtype) {
-  if (auto b = t.bound.find(name); b != t.bound.end()) return b->second.data;
-  if (t.ref.param.memory == Memory::Cuda) {
-    const DeviceBuffer& b = *t.device.at(name);
-    if (b.dtype() != dtype) internal_error("device state '" + name + "' has another dtype");
-    return b.data();
-  }
-  if (dtype == DType::F32) return t.state.at(name).data();
-  auto& b = t.state16.at(name);
-  if (b.dtype != dtype) internal_error("state '" + name + "' has another 16-bit dtype");
-  return b.bits.data();
+  const StateBuffer& b = t.state.at(name);
+  if (b.dtype() != dtype) internal_error("state '" + name + "' has another dtype");
+  return b.data();
 }
 
 int64_t bytes_per_step(int64_t numel, const Precision& p, int64_t states) {

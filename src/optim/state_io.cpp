@@ -63,41 +63,31 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
 
 namespace {
 
-// A device tensor's state appended to `data` in the file's order (f32 buffers, then bf16 ones,
-// each by name), copied from the device; their names into `names` / `names16`. The caller has
-// synchronized the context.
-void append_device_state(const Optimizer::Impl& impl, const Optimizer::Impl::Tensor& t,
-                         std::string* data, Options* names, Options* names16) {
-  for (DType dtype : {DType::F32, DType::BF16})
-    for (const auto& [name, buf] : t.device) {
-      if (buf->dtype() != dtype) continue;
-      // Between accumulation cycles the buffer holds nothing the next step reads.
-      if (name == optim::kGradAccum && impl.control.micro == 0) continue;
-      (dtype == DType::F32 ? names : names16)->push_back(name);
-      const size_t at = data->size();
-      data->resize(at + buf->bytes());
-      buf->download(data->data() + at);
-    }
-}
-
 // Loaded state moved to the device: every buffer allocated and copied before the optimizer is
 // touched, and the copies complete (cuMemcpyHtoD from pageable memory may return before the data
 // is on the device) before any step's kernel could read them.
 void load_to_device(void* context, std::vector<std::vector<Optimizer::Impl::Tensor>>* groups) {
   for (auto& tensors : *groups)
-    for (auto& t : tensors) {
-      auto upload = [&](const std::string& name, const void* host, DType dtype) {
-        auto b = std::make_shared<optim::DeviceBuffer>(context, t.ref.param.numel, dtype,
+    for (auto& t : tensors)
+      for (auto& [name, buf] : t.state) {
+        auto b = std::make_shared<optim::DeviceBuffer>(context, t.ref.param.numel, buf.dtype(),
                                                        "state '" + name + "'");
-        b->upload(host);
-        t.device[name] = std::move(b);
-      };
-      for (const auto& [name, buf] : t.state) upload(name, buf.data(), DType::F32);
-      for (const auto& [name, buf] : t.state16) upload(name, buf.bits.data(), buf.dtype);
-      t.state.clear();
-      t.state16.clear();
-    }
+        b->upload(buf.data());
+        buf = optim::StateBuffer::device(std::move(b));
+      }
   optim::synchronize(context);
+}
+
+// A buffer's bytes appended to `data`: copied from the device for device state (the caller has
+// synchronized the context).
+void append_buffer(const optim::StateBuffer& buf, std::string* data) {
+  if (!buf.on_device()) {
+    append(data, buf.data(), buf.bytes());
+    return;
+  }
+  const size_t at = data->size();
+  data->resize(at + buf.bytes());
+  buf.device_buffer()->download(data->data() + at);
 }
 
 }  // namespace
@@ -106,7 +96,10 @@ void load_to_device(void* context, std::vector<std::vector<Optimizer::Impl::Tens
 static void refuse_caller_owned(const Optimizer::Impl& impl, const char* what) {
   for (size_t gi = 0; gi < impl.groups.size(); ++gi)
     for (size_t ti = 0; ti < impl.groups[gi].tensors.size(); ++ti)
-      if (const auto& t = impl.groups[gi].tensors[ti]; !t.bound.empty() || !t.bound_scalars.empty())
+      if (const auto& t = impl.groups[gi].tensors[ti];
+          !t.bound_scalars.empty() ||
+          std::any_of(t.state.begin(), t.state.end(),
+                      [](const auto& s) { return s.second.caller_owned(); }))
         throw Error(Optimizer::Impl::where(gi, ti, t.ref) +
                     ": its state is caller-owned (bind_state): its " + "owner " + what + " it");
 }
@@ -117,28 +110,28 @@ void Optimizer::save_state(const std::string& path) const {
   std::string data;
   // Device state is read as the steps queued so far (on any stream) leave it.
   const bool on_device = std::any_of(impl_->groups.begin(), impl_->groups.end(), [](const auto& g) {
-    return std::any_of(g.tensors.begin(), g.tensors.end(),
-                       [](const auto& t) { return !t.device.empty(); });
+    return std::any_of(g.tensors.begin(), g.tensors.end(), [](const auto& t) {
+      return std::any_of(t.state.begin(), t.state.end(),
+                         [](const auto& s) { return s.second.on_device(); });
+    });
   });
   if (on_device) optim::synchronize(impl_->cuda_context);
   for (const auto& g : impl_->groups) {
     Options tensors = Options::array();
     for (const auto& t : g.tensors) {
-      Options names = Options::array();
-      for (const auto& [name, buf] : t.state) {
-        // Between accumulation cycles the buffer holds nothing the next step reads.
-        if (name == optim::kGradAccum && impl_->control.micro == 0) continue;
-        names.push_back(name);
-        append(&data, buf.data(), buf.size() * sizeof(float));
-      }
-      Options names16 = Options::array(), names_f16 = Options::array();
-      for (DType dtype : {DType::BF16, DType::F16})
-        for (const auto& [name, buf] : t.state16) {
-          if (buf.dtype != dtype) continue;
-          (dtype == DType::BF16 ? names16 : names_f16).push_back(name);
-          append(&data, buf.bits.data(), buf.bits.size() * sizeof(uint16_t));
+      // The file's order: f32 buffers by name, then bf16 ones, then f16 ones.
+      Options names = Options::array(), names16 = Options::array(), names_f16 = Options::array();
+      for (DType dtype : {DType::F32, DType::BF16, DType::F16})
+        for (const auto& [name, buf] : t.state) {
+          if (buf.dtype() != dtype) continue;
+          // Between accumulation cycles the buffer holds nothing the next step reads.
+          if (name == optim::kGradAccum && impl_->control.micro == 0) continue;
+          (dtype == DType::F32    ? names
+           : dtype == DType::BF16 ? names16
+                                  : names_f16)
+              .push_back(name);
+          append_buffer(buf, &data);
         }
-      append_device_state(*impl_, t, &data, &names, &names16);
       Options entry = {{"numel", t.ref.param.numel}, {"step", t.step}, {"state", names}};
       if (!names16.empty()) entry["state_bf16"] = names16;
       if (!names_f16.empty()) entry["state_f16"] = names_f16;
@@ -181,8 +174,6 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
   if (!groups.is_array() || groups.size() != impl.groups.size())
     throw Error("has " + std::to_string(groups.size()) + " param groups, this optimizer has " +
                 std::to_string(impl.groups.size()));
-  std::vector<std::string> known = impl.rule->all_state_names();
-  known.push_back(optim::kGradAccum);  // checked against the step options below
   const optim::HostState known_host = impl.rule->initial_host_state();
   Loaded out;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
@@ -198,6 +189,8 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
       if (!file_options.contains(it.key())) throw Error(where + ": options are incomplete");
     impl.rule->validate(options, where);
     optim::validate_precision(options, where);
+    // (grad_accum is checked against the step options below)
+    const std::vector<std::string> known = optim::known_state_names(*impl.rule, options);
     std::vector<ParamRef> refs;
     for (const auto& t : g.tensors) refs.push_back(t.ref);
     optim::tensors_precision(options, refs, gi);  // e.g. stochastic rounding of f32 params
@@ -239,7 +232,7 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
         }
         if (std::find(known.begin(), known.end(), name) == known.end())
           throw Error(Impl::where(gi, ti, ref) + ": '" + name + "' is not " + type + " state");
-        if (t.state.count(name) || t.state16.count(name))
+        if (t.state.count(name))
           throw Error(Impl::where(gi, ti, ref) + ": state '" + name + "' appears twice");
       };
       auto read = [&](auto* buf) {
@@ -252,7 +245,9 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
       for (const auto& entry : ft.at("state")) {
         std::string name = entry.get<std::string>();
         check_name(name);
-        read(&t.state[name]);
+        std::vector<float> values;
+        read(&values);
+        t.state.emplace(name, optim::StateBuffer::host(std::move(values)));
       }
       for (DType dtype : {DType::BF16, DType::F16}) {
         const char* key = dtype == DType::BF16 ? "state_bf16" : "state_f16";
@@ -262,8 +257,9 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
           if (name == optim::kMasterState)
             throw Error(Impl::where(gi, ti, ref) + ": master weights must be f32");
           check_name(name);
-          t.state16[name].dtype = dtype;
-          read(&t.state16[name].bits);
+          std::vector<uint16_t> bits;
+          read(&bits);
+          t.state.emplace(name, optim::StateBuffer::host(dtype, std::move(bits)));
         }
       }
       out.tensors.back().push_back(std::move(t));

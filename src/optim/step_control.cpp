@@ -35,10 +35,7 @@ WorkerPool* pool_for(Impl& impl, size_t small) {
 // ---- accumulation micro-steps --------------------------------------------------------------
 
 // The accumulation buffer of `t`: on the device for device tensors, else on the host.
-void* accum_pointer(Impl::Tensor& t) {
-  if (auto it = t.device.find(kGradAccum); it != t.device.end()) return it->second->data();
-  return t.state.at(kGradAccum).data();
-}
+void* accum_pointer(Impl::Tensor& t) { return t.state.at(kGradAccum).data(); }
 
 void run_accumulate(const Impl& impl, const Kernel& k, Impl::Tensor& t, KernelCall* call) {
   const KernelSignature& sig = k.signature();
@@ -60,7 +57,7 @@ void make_accum_buffers(Impl& impl) {
   for (size_t gi = 0; gi < impl.groups.size(); ++gi)
     for (size_t ti = 0; ti < impl.groups[gi].tensors.size(); ++ti) {
       Impl::Tensor& t = impl.groups[gi].tensors[ti];
-      if (t.state.count(kGradAccum) || t.device.count(kGradAccum)) continue;
+      if (t.state.count(kGradAccum)) continue;
       if (impl.memory == Memory::Cuda)
         device.emplace_back(&t, std::make_shared<DeviceBuffer>(
                                     impl.cuda_context, t.ref.param.numel, DType::F32,
@@ -68,8 +65,8 @@ void make_accum_buffers(Impl& impl) {
       else
         host.emplace_back(&t, std::vector<float>(static_cast<size_t>(t.ref.param.numel)));
     }
-  for (auto& [t, buf] : host) t->state.emplace(kGradAccum, std::move(buf));
-  for (auto& [t, buf] : device) t->device.emplace(kGradAccum, std::move(buf));
+  for (auto& [t, buf] : host) t->state.emplace(kGradAccum, StateBuffer::host(std::move(buf)));
+  for (auto& [t, buf] : device) t->state.emplace(kGradAccum, StateBuffer::device(std::move(buf)));
 }
 
 // One micro-step before the k-th: grad_accum = grad (first) or grad_accum += grad, one kernel
@@ -128,7 +125,7 @@ GradStats statistics(Impl& impl) {
       if (acc) {
         auto it = t.state.find(kGradAccum);
         if (it == t.state.end()) internal_error("accumulation buffer missing at the update step");
-        a = it->second.data();
+        a = static_cast<const float*>(it->second.data());
       }
       by_dtype[t.ref.grad.dtype].push_back({t.ref.grad.data, a, t.ref.param.numel});
       small[t.ref.grad.dtype] += t.ref.param.numel <= single_task ? 1 : 0;

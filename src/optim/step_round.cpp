@@ -56,7 +56,7 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
   values[kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
   values[kRoundingKey] = 0;                      // per tensor: prepare_call sets it
   memo.values.clear();
-  for (const auto& s : g.kernel->signature().scalars) {
+  for (const auto& s : g.plan->kernel->signature().scalars) {
     auto it = values.find(s.name);
     if (it == values.end()) internal_error("rule gave no value for scalar '" + s.name + "'");
     memo.values.push_back(it->second);
@@ -73,18 +73,19 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
 void prepare_call(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool created_now,
                   KernelCall& call) {
   call.scalars = step_scalars(impl, g, t, created_now);
-  if (g.key_slot >= 0)
-    call.scalars[static_cast<size_t>(g.key_slot)] =
+  if (g.plan->key_slot >= 0)
+    call.scalars[static_cast<size_t>(g.plan->key_slot)] =
         rounding_key(g.options.at("rounding_seed").get<uint64_t>(), t.step, t.stream);
   call.n = t.ref.param.numel;
-  if (t.epoch != g.epoch) internal_error("a tensor's state is not bound to its group's kernel");
-  const KernelSignature& sig = g.kernel->signature();
+  if (t.epoch != g.plan->epoch)
+    internal_error("a tensor's state is not bound to its group's kernel");
+  const KernelSignature& sig = g.plan->kernel->signature();
   call.inputs.resize(sig.inputs.size());
   for (size_t i = 0; i < sig.inputs.size(); ++i)
     call.inputs[i] = input_pointer(t, sig.inputs[i], i);
-  call.outputs.resize(g.output_input.size());
-  for (size_t i = 0; i < g.output_input.size(); ++i)
-    call.outputs[i] = call.inputs[g.output_input[i]];
+  call.outputs.resize(g.plan->output_input.size());
+  for (size_t i = 0; i < g.plan->output_input.size(); ++i)
+    call.outputs[i] = call.inputs[g.plan->output_input[i]];
   // Only a per-row kernel reads cols: a gradient-centralized graph (only on >= 2 dims, where
   // its rows are row_cols()) or a custom graph with row_* ops.
   call.cols = t.kernel->signature().per_row ? t.row_cols() : 0;
@@ -97,7 +98,7 @@ void prepare_call(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool create
 // kernel whose elements do not depend on where the call starts (no whole-tensor reduction, no
 // stochastic rounding, which draws its bits by element index).
 bool sliceable(const Impl& impl, const Impl::Group& g, const Impl::Tensor& t) {
-  return impl.memory == Memory::Host && !t.sparse.set && g.key_slot < 0 &&
+  return impl.memory == Memory::Host && !t.sparse.set && g.plan->key_slot < 0 &&
          !t.kernel->signature().reduces;
 }
 
@@ -173,7 +174,7 @@ void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
         prepare_call(impl, g, t, created_now(t), call);
         if (t.sparse.set) {  // only the touched rows, one call per run of consecutive rows
           const std::vector<void*> base = call.inputs;
-          run_sparse(*t.kernel, g.output_input, call, base, t.sparse);
+          run_sparse(*t.kernel, g.plan->output_input, call, base, t.sparse);
         } else {
           t.kernel->run(call);
         }

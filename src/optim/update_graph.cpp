@@ -3,6 +3,7 @@
 #include "optfuse/error.h"
 #include "optfuse/optim.h"
 #include "optim/config.h"
+#include "optim/group_plan.h"
 #include "optim/options.h"
 #include "optim/precision.h"
 #include "optim/rule.h"
@@ -23,9 +24,8 @@ Graph build(const Options& config, const Options& overrides, DType param, DType 
   optim::check_tensor_dtype(param, "param", "param group");
   optim::check_tensor_dtype(grad, "grad", "param group");
   const optim::Precision precision = optim::group_precision(group, param, grad, "param group");
-  return optim::apply_precision(
-      optim::with_grad_prologue(optim::rule_graph(rule, group, precision), control.prologue()),
-      precision);
+  // (The graph of a tensor that gradient centralization applies to, as warm-up specs ask.)
+  return optim::group_graph({&rule, group, precision, control.prologue()}, true);
 }
 
 }  // namespace

@@ -1,0 +1,54 @@
+#pragma once
+// One state buffer of one tensor (Optimizer::Impl::Tensor::state), whatever its dtype and memory:
+// f32 values or 16-bit bits on the host, a device allocation (device_buffer.h), or a buffer the
+// caller owns (Optimizer::bind_state). Every reader asks it for what it needs (data(), dtype(),
+// the host values) instead of branching on where the buffer lives.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "optfuse/optim.h"
+#include "optim/device_buffer.h"
+
+namespace optfuse::optim {
+
+class StateBuffer {
+ public:
+  enum class Kind { HostF32, Host16, Device, Caller };
+
+  static StateBuffer host(std::vector<float> values);
+  static StateBuffer host(DType dtype, std::vector<uint16_t> bits);  // bf16 or f16 bits
+  static StateBuffer device(std::shared_ptr<DeviceBuffer> buffer);
+  static StateBuffer caller(const TensorRef& buffer);  // used in place, never freed here
+
+  Kind kind() const { return kind_; }
+  DType dtype() const { return dtype_; }
+  bool caller_owned() const { return kind_ == Kind::Caller; }
+  // Device memory (the optimizer's own, or a caller's device buffer).
+  bool on_device() const;
+  void* data() const;  // what a KernelCall input takes
+  int64_t numel() const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+
+  // The host f32 values (Kind::HostF32), else null.
+  std::vector<float>* f32() { return kind_ == Kind::HostF32 ? &f32_ : nullptr; }
+  const std::vector<float>* f32() const { return kind_ == Kind::HostF32 ? &f32_ : nullptr; }
+  // The host 16-bit bits (Kind::Host16), else null.
+  const std::vector<uint16_t>* bits() const { return kind_ == Kind::Host16 ? &bits_ : nullptr; }
+  // The optimizer's device allocation (Kind::Device), else null.
+  DeviceBuffer* device_buffer() const { return device_.get(); }
+
+  // The values widened to f32 (exact). Device memory is copied to the host: the caller has
+  // synchronized the context first.
+  std::vector<float> to_f32() const;
+
+ private:
+  Kind kind_ = Kind::HostF32;
+  DType dtype_ = DType::F32;
+  std::vector<float> f32_;
+  std::vector<uint16_t> bits_;
+  std::shared_ptr<DeviceBuffer> device_;  // shared: copies of a Tensor (set()) share the memory
+  TensorRef caller_;
+};
+
+}  // namespace optfuse::optim
