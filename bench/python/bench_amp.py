@@ -33,7 +33,8 @@ Bytes model (f32 params and grads, per element):
   optfuse: the statistics pass reads g (4), the update 28                            = 32 B
   the plain AdamW steps (references, no AMP): 28 B; optfuse's statistics pass alone, timed as a
   step skipped for an inf in the last gradient element (a static loss scale: nothing else runs):
-  4 B.
+  4 B; torch's _foreach_norm over the same gradients (read only, clip_grad_norm_'s first
+  pass), 4 B too.
 bf16 params and grads (cases "-bf16"): optfuse keeps f32 master weights and f32 state (its
 default); torch's best phase that keeps them too runs the f32 phase above over f32 master copies,
 with the bf16 gradients cast into the masters' gradients first (2 + 4) and the masters cast to
@@ -221,6 +222,10 @@ def build_entries(a, shapes, dtype):
             groups_of(ps, decays), **HP, max_grad_norm=MAX_NORM, loss_scale=INIT_SCALE).step, ps,
             source, b["stats"], role="reference", note="an inf in the last element",
             poison=True))
+        ps = fresh()
+        entries.append(Entry("torch _foreach_norm of the gradients", lambda ps=ps: torch.
+                             _foreach_norm([p.grad for p in ps]), ps, source, b["stats"],
+                             role="reference", note="a read-only pass, as the statistics"))
         ps = fresh()
         plain = torch.optim.AdamW(groups_of(ps, decays), **HP, fused=True).step
         if dtype != torch.float32:
