@@ -40,7 +40,9 @@ default); torch's best phase that keeps them too runs the f32 phase above over f
 with the bf16 gradients cast into the masters' gradients first (2 + 4) and the masters cast to
 the bf16 params after (4 + 2): 48 + 12 = 60 B. optfuse: statistics 2 (bf16 gradients read as
 they are), update 28 (master, g 2, m, v read; master, m, v, param 2 written) = 30 B. Plain
-steps: optfuse 28, torch's fused AdamW with the casts 40.
+steps: optfuse 28, torch's fused AdamW with the casts 40. (torch's AdamW(fused=True) on the bf16
+params themselves keeps bf16 state and no master copy: a different, less precise update, which
+bench_torch.py times.)
 The ceiling is optfuse's own 4r3w kernel (p' = p+g, m' = m+g, v' = v+g, f32, as bench_torch.py)
 as an optfuse.torch.Custom rule over the same tensors: its GB/s (at 28 B/element) is what this
 machine streams. "share" = a contender's GB/s at its own bytes model / the ceiling's: the time of
@@ -348,7 +350,8 @@ def main():
     ap.add_argument("--no-foreach", action="store_true",
                     help="skip torch's AMP phase with AdamW(foreach=True)")
     ap.add_argument("--no-references", action="store_true",
-                    help="skip the plain AdamW steps (no AMP) of torch and optfuse")
+                    help="skip the reference rows: the plain AdamW steps (no AMP), optfuse's "
+                    "statistics pass alone, torch's _foreach_norm")
     ap.add_argument("--out-md", metavar="FILE", help="write the Markdown table here too")
     ap.add_argument("--out-json", metavar="FILE", help="all figures, every round, as JSON")
     a = ap.parse_args()
