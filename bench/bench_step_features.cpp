@@ -26,6 +26,12 @@
 namespace optfuse::bench {
 namespace {
 
+// The threads a step's statistics pass runs on (Optimizer::step keeps one such pool).
+optim::WorkerPool& stats_pool() {
+  static optim::WorkerPool pool(engine().num_threads());
+  return pool;
+}
+
 constexpr int64_t kN = int64_t{1} << 22;
 
 struct Setup {
@@ -72,7 +78,8 @@ void BM_AdamW_ClipUnfused(benchmark::State& state) {
   auto scale = engine().kernel(scale_graph);
   KernelCall scale_call = make_call(*scale, {{"x", s.g.data()}}, {{"c", 1.0}}, kN);
   auto step = [&] {
-    optim::GradStats st = optim::grad_stats(*stats, {{s.g.data(), nullptr, kN}}, nullptr, 0);
+    optim::GradStats st =
+        optim::grad_stats({{stats.get(), s.g.data(), nullptr, kN}}, &stats_pool());
     benchmark::DoNotOptimize(st.sumsq);
     scale->run(scale_call);
     s.opt->step();
@@ -118,7 +125,8 @@ void BM_AdamW_ClipGC_Unfused(benchmark::State& state) {
   KernelCall gc_call = make_call(*gc, {{"x", s.g.data()}}, {}, kN);
   gc_call.cols = kCols;
   auto step = [&] {
-    optim::GradStats st = optim::grad_stats(*stats, {{s.g.data(), nullptr, kN}}, nullptr, 0);
+    optim::GradStats st =
+        optim::grad_stats({{stats.get(), s.g.data(), nullptr, kN}}, &stats_pool());
     benchmark::DoNotOptimize(st.sumsq);
     scale->run(scale_call);
     gc->run(gc_call);
@@ -136,7 +144,7 @@ void run_stats(benchmark::State& state, bool f64) {
   gr.result("sumsq", sum_squares(gr.grad("grad")));
   auto k = engine().kernel(f64 ? optim::grad_stats_graph(false, false) : gr);
   for (auto _ : state) {
-    optim::GradStats st = optim::grad_stats(*k, {{g.data(), nullptr, kN}}, nullptr, 0);
+    optim::GradStats st = optim::grad_stats({{k.get(), g.data(), nullptr, kN}}, &stats_pool());
     benchmark::DoNotOptimize(st.sumsq);
   }
   report(state, 4, 0);

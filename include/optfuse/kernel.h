@@ -66,8 +66,9 @@ struct KernelCall {
   bool device = false;
   // Run as one task on the calling thread, never entering the engine's thread pool, with the
   // software prefetches of a parallel task: for callers that spread many calls (or slices of one
-  // tensor) over threads themselves, as Optimizer::step does. Ignored by CUDA kernels and by
-  // kernels with whole-tensor reductions (signature.reduces: they run as usual).
+  // tensor) over threads themselves, as Optimizer::step does. Ignored by CUDA kernels. A kernel
+  // with whole-tensor reductions (signature.reduces) then reduces in one task, so its results
+  // are those of this slice (the step's statistics pass combines its slices' results itself).
   bool serial = false;
   // CUDA kernels only: the CUstream to launch on (e.g. torch.cuda.current_stream().cuda_stream);
   // null = the context's default stream.

@@ -217,10 +217,10 @@ void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, i
   size_t b = 0, a = 1;
   auto next_slot = [&]() -> void* { return &slots[b++].buffer; };
   void* args[3 + 2 * kMaxTensors + kMaxScalars + kMaxResults];
-  // A serial call is one task: a per-row kernel's single-task loop (chunk >= n), a flat one's
-  // streaming loop (chunk < 0, lower.h).
+  // A serial call is one task: a per-row or reducing kernel's single-task loop (chunk >= n), a
+  // flat one's streaming loop (chunk < 0, lower.h).
   int32_t chunk = empty ? 0 : static_cast<int32_t>(chunk_for(n));
-  if (call.serial && !empty && !signature_.reduces) chunk = rows ? static_cast<int32_t>(n) : -1;
+  if (call.serial && !empty) chunk = rows || signature_.reduces ? static_cast<int32_t>(n) : -1;
   int32_t cols32 = static_cast<int32_t>(cols);
   for (size_t i = 0; i < signature_.inputs.size(); ++i) {
     args[a++] = init_buffer(next_slot(), call.inputs[i], offset, signature_.inputs[i].dtype, dims,

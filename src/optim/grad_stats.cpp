@@ -9,28 +9,37 @@
 namespace optfuse::optim {
 namespace {
 
-// A reducing kernel covers at most 2^30 elements per call (engine.h).
-constexpr int64_t kMaxCall = int64_t{1} << 30;
+// Slices of whole vectors (a multiple of every vector width), the update round's size
+// (step_round.cpp): a tensor of up to this many elements is one slice.
+constexpr int64_t kSliceElems = int64_t{1} << 17;
+// A thread claims consecutive slices of at least this many elements at a time.
+constexpr int64_t kClaimElems = 16384;
 
-GradStats run_tensor(const Kernel& k, const StatsInput& t, KernelCall* call, double* results) {
+struct Slice {
+  const StatsInput* tensor;
+  int64_t begin, n;
+};
+
+// One slice's statistics: a serial call (the reduction's single-task loop, on this thread).
+GradStats run_slice(const Slice& s, KernelCall* call) {
+  const Kernel& k = *s.tensor->kernel;
   const KernelSignature& sig = k.signature();
   const int sumsq = sig.result_index("sumsq"), maxabs = sig.result_index("maxabs");
-  GradStats s;
-  for (int64_t b = 0; b < t.n; b += kMaxCall) {
-    call->inputs.resize(sig.inputs.size());
-    for (size_t i = 0; i < sig.inputs.size(); ++i)
-      call->inputs[i] =
-          sig.inputs[i].role == Role::Grad
-              ? static_cast<void*>(const_cast<char*>(static_cast<const char*>(t.grad) +
-                                                     b * int64_t(dtype_size(sig.inputs[i].dtype))))
-              : static_cast<void*>(const_cast<float*>(t.acc + b));
-    call->outputs.clear();
-    call->n = std::min(kMaxCall, t.n - b);
-    call->results = results;
-    k.run(*call);
-    s.merge({results[sumsq], maxabs >= 0 ? results[maxabs] : 0.0});
-  }
-  return s;
+  if (sumsq < 0 || sig.results.size() > 2) internal_error("not a grad_stats kernel");
+  double results[2] = {0, 0};
+  call->inputs.resize(sig.inputs.size());
+  for (size_t i = 0; i < sig.inputs.size(); ++i)
+    call->inputs[i] = sig.inputs[i].role == Role::Grad
+                          ? static_cast<void*>(const_cast<char*>(
+                                static_cast<const char*>(s.tensor->grad) +
+                                s.begin * int64_t(dtype_size(sig.inputs[i].dtype))))
+                          : static_cast<void*>(const_cast<float*>(s.tensor->acc + s.begin));
+  call->outputs.clear();
+  call->n = s.n;
+  call->results = results;
+  call->serial = true;
+  k.run(*call);
+  return {results[sumsq], maxabs >= 0 ? results[maxabs] : 0.0};
 }
 
 }  // namespace
@@ -58,31 +67,19 @@ Graph grad_stats_graph(bool accumulated, bool want_maxabs, DType grad) {
   return gr;
 }
 
-GradStats grad_stats(const Kernel& kernel, const std::vector<StatsInput>& tensors, WorkerPool* pool,
-                     int64_t single_task) {
-  if (kernel.signature().result_index("sumsq") < 0) internal_error("not a grad_stats kernel");
-  std::vector<GradStats> partial(tensors.size());
-  std::vector<size_t> small;
-  KernelCall call;
-  std::vector<double> results(kernel.signature().results.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i].n <= single_task)
-      small.push_back(i);
-    else
-      partial[i] = run_tensor(kernel, tensors[i], &call, results.data());
-  }
-  if (!pool || small.size() < 4 * static_cast<size_t>(pool->threads())) {
-    for (size_t i : small) partial[i] = run_tensor(kernel, tensors[i], &call, results.data());
-  } else {
-    const size_t threads = static_cast<size_t>(pool->threads());
-    pool->run([&](int part) {
-      KernelCall local;
-      std::vector<double> res(kernel.signature().results.size());
-      size_t p = static_cast<size_t>(part);
-      for (size_t j = small.size() * p / threads; j < small.size() * (p + 1) / threads; ++j)
-        partial[small[j]] = run_tensor(kernel, tensors[small[j]], &local, res.data());
-    });
-  }
+GradStats grad_stats(const std::vector<StatsInput>& tensors, WorkerPool* pool) {
+  std::vector<Slice> slices;
+  for (const StatsInput& t : tensors)
+    for (int64_t b = 0; b < t.n; b += kSliceElems)
+      slices.push_back({&t, b, std::min(kSliceElems, t.n - b)});
+  std::vector<size_t> claims;
+  make_claims(
+      slices.size(), [&](size_t i) { return slices[i].n; }, kClaimElems, &claims);
+  std::vector<GradStats> partial(slices.size());
+  std::vector<KernelCall> lanes(pool ? static_cast<size_t>(pool->threads()) : 1);
+  run_claims(pool, claims, [&](int k, size_t i) {
+    partial[i] = run_slice(slices[i], &lanes[static_cast<size_t>(k)]);
+  });
   GradStats total;
   for (const GradStats& p : partial) total.merge(p);
   return total;

@@ -6,9 +6,11 @@
 //                                    only inf/nan inputs make sumsq non-finite
 //   maxabs = max |x|               -> the inf-norm (only when asked for; nan propagates)
 // One pass gives both the clipping norm and the overflow check. It is an Engine kernel built from
-// a graph with results (the front end's reductions: sum_squares, max_abs), so it is compiled,
-// cached and parallelized like every update kernel; per-call partials are combined on the host in
-// tensor order, so the result does not depend on how calls are spread over threads.
+// a graph with results (the front end's reductions: sum_squares, max_abs), compiled and cached
+// like every update kernel. Like the update (step_round.h), every tensor is cut into slices of a
+// fixed size and all slices of the pass run in ONE round of the worker pool, each a serial call;
+// the partials are combined on the host in slice order, so the result does not depend on the
+// number of threads or on which thread ran what.
 #include <cstdint>
 #include <vector>
 
@@ -30,8 +32,9 @@ struct GradStats {
 };
 
 struct StatsInput {
-  const void* grad = nullptr;  // of the kernel's grad dtype
-  const float* acc = nullptr;  // null: x = grad
+  const Kernel* kernel = nullptr;  // grad_stats_graph's, for this grad's dtype
+  const void* grad = nullptr;      // of the kernel's grad dtype
+  const float* acc = nullptr;      // null: x = grad
   int64_t n = 0;
 };
 
@@ -40,10 +43,8 @@ struct StatsInput {
 // `want_maxabs`). No outputs: nothing is written.
 Graph grad_stats_graph(bool accumulated, bool want_maxabs, DType grad = DType::F32);
 
-// Runs `kernel` (from grad_stats_graph, with `accumulated` iff every input has acc, and the
-// inputs' grad dtype) over all inputs. Tensors of at most `single_task` elements are spread over
-// `pool` (may be null).
-GradStats grad_stats(const Kernel& kernel, const std::vector<StatsInput>& tensors, WorkerPool* pool,
-                     int64_t single_task);
+// Runs each input's kernel (from grad_stats_graph, with `accumulated` iff the input has acc)
+// over all inputs, as one round on `pool` (null: on the caller).
+GradStats grad_stats(const std::vector<StatsInput>& tensors, WorkerPool* pool);
 
 }  // namespace optfuse::optim

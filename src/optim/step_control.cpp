@@ -32,6 +32,15 @@ WorkerPool* pool_for(Impl& impl, size_t small) {
   return impl.pool.get();
 }
 
+// The optimizer's pool for a round of slices (grad_stats.h), or null with one thread.
+WorkerPool* round_pool(Impl& impl) {
+  const int threads = impl.engine->num_threads();
+  if (threads < 2) return nullptr;
+  if (!impl.pool || impl.pool->threads() != threads)
+    impl.pool = std::make_unique<WorkerPool>(threads);
+  return impl.pool.get();
+}
+
 // ---- accumulation micro-steps --------------------------------------------------------------
 
 // The accumulation buffer of `t`: on the device for device tensors, else on the host.
@@ -115,10 +124,8 @@ void accumulate(Impl& impl, bool first) {
 GradStats statistics(Impl& impl) {
   StepControl& sc = impl.control;
   const bool acc = sc.options.accumulating();
-  // One kernel per gradient dtype; tensors of each dtype in order, partials combined in double.
-  const int64_t single_task = impl.engine->options().schedule.min_task;
-  std::map<DType, std::vector<StatsInput>> by_dtype;
-  std::map<DType, size_t> small;
+  // One kernel per gradient dtype; every tensor in group order, in one round (grad_stats.h).
+  std::vector<StatsInput> inputs;
   for (auto& g : impl.groups)
     for (auto& t : g.tensors) {
       const float* a = nullptr;
@@ -127,18 +134,12 @@ GradStats statistics(Impl& impl) {
         if (it == t.state.end()) internal_error("accumulation buffer missing at the update step");
         a = static_cast<const float*>(it->second.data());
       }
-      by_dtype[t.ref.grad.dtype].push_back({t.ref.grad.data, a, t.ref.param.numel});
-      small[t.ref.grad.dtype] += t.ref.param.numel <= single_task ? 1 : 0;
+      auto& slot = sc.stats[t.ref.grad.dtype];
+      if (!slot)
+        slot = impl.engine->kernel(grad_stats_graph(acc, sc.options.norm_inf, t.ref.grad.dtype));
+      inputs.push_back({slot.get(), t.ref.grad.data, a, t.ref.param.numel});
     }
-  for (const auto& [dtype, inputs] : by_dtype) {
-    auto& slot = sc.stats[dtype];
-    if (!slot) slot = impl.engine->kernel(grad_stats_graph(acc, sc.options.norm_inf, dtype));
-  }
-  GradStats total;
-  for (const auto& [dtype, inputs] : by_dtype) {
-    total.merge(grad_stats(*sc.stats.at(dtype), inputs, pool_for(impl, small[dtype]), single_task));
-  }
-  return total;
+  return grad_stats(inputs, round_pool(impl));
 }
 
 // Plans the update (or the skip) from the statistics; changes nothing but sc.grad_scale.

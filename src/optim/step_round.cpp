@@ -1,7 +1,6 @@
 #include "optim/step_round.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -189,25 +188,17 @@ void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
     }
   }
   // Claims: runs of consecutive slices of at least kClaimElems elements.
-  round.claims.clear();
-  int64_t pending = 0;
-  for (size_t i = 0; i < round.slices.size(); ++i) {
-    if (pending == 0) round.claims.push_back(i);
-    pending += std::max<int64_t>(round.slices[i].n, 1);
-    if (pending >= kClaimElems) pending = 0;
+  make_claims(
+      round.slices.size(), [&](size_t i) { return round.slices[i].n; }, kClaimElems, &round.claims);
+  WorkerPool* pool = nullptr;
+  if (threads >= 2 && round.claims.size() > 2) {
+    if (!impl.pool || impl.pool->threads() != threads)
+      impl.pool = std::make_unique<WorkerPool>(threads);
+    pool = impl.pool.get();
   }
-  round.claims.push_back(round.slices.size());
-  const size_t claims = round.claims.size() - 1;
-  auto run_claims = [&](KernelCall& lane, std::atomic<size_t>& next) {
-    for (size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < claims;)
-      for (size_t i = round.claims[c]; i < round.claims[c + 1]; ++i)
-        run_slice(round, round.slices[i], lane);
-  };
-  std::atomic<size_t> next{0};
-  if (threads < 2 || claims < 2) return run_claims(round.lanes[0], next);
-  if (!impl.pool || impl.pool->threads() != threads)
-    impl.pool = std::make_unique<WorkerPool>(threads);
-  impl.pool->run([&](int k) { run_claims(round.lanes[static_cast<size_t>(k)], next); });
+  run_claims(pool, round.claims, [&](int k, size_t i) {
+    run_slice(round, round.slices[i], round.lanes[static_cast<size_t>(k)]);
+  });
 }
 
 }  // namespace optfuse::optim

@@ -1,5 +1,7 @@
 #include "optim/worker_pool.h"
 
+#include <algorithm>
+
 #include "optfuse/parallel.h"
 
 namespace optfuse::optim {
@@ -90,6 +92,30 @@ void WorkerPool::work(int k) {
     if (error && !error_) error_ = error;
     if (--pending_ == 0) done_.notify_one();
   }
+}
+
+void make_claims(size_t count, const std::function<int64_t(size_t)>& size, int64_t claim_size,
+                 std::vector<size_t>* starts) {
+  starts->clear();
+  int64_t pending = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (pending == 0) starts->push_back(i);
+    pending += std::max<int64_t>(size(i), 1);
+    if (pending >= claim_size) pending = 0;
+  }
+  starts->push_back(count);
+}
+
+void run_claims(WorkerPool* pool, const std::vector<size_t>& starts,
+                const std::function<void(int, size_t)>& run) {
+  const size_t claims = starts.size() - 1;
+  std::atomic<size_t> next{0};
+  auto part = [&](int k) {
+    for (size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < claims;)
+      for (size_t i = starts[c]; i < starts[c + 1]; ++i) run(k, i);
+  };
+  if (!pool || pool->threads() < 2 || claims < 2) return part(0);
+  pool->run(part);
 }
 
 }  // namespace optfuse::optim

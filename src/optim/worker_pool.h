@@ -3,6 +3,7 @@
 // call, so running those calls on all cores (instead of one after another on the caller) is what
 // makes a model's hundreds of biases and norms cheap. Large tensors do not use it: their kernels
 // are parallel inside.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -39,5 +40,17 @@ class WorkerPool {
   bool stop_ = false;
   std::exception_ptr error_;
 };
+
+// Work cut into items (slices of tensors), run as one round: consecutive items are grouped into
+// claims of at least `claim_size` elements (item i has size(i)), so that a thread takes one
+// atomic increment per claim rather than per tiny item. starts receives each claim's first item,
+// then `count`.
+void make_claims(size_t count, const std::function<int64_t(size_t)>& size, int64_t claim_size,
+                 std::vector<size_t>* starts);
+// Runs every item of the claims in `starts`: each part of `pool` takes the next unclaimed claim
+// until none are left, and calls run(part, item) for its items in order. On the caller alone
+// (part 0) when `pool` is null or there is only one claim.
+void run_claims(WorkerPool* pool, const std::vector<size_t>& starts,
+                const std::function<void(int, size_t)>& run);
 
 }  // namespace optfuse::optim
