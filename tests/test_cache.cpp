@@ -85,7 +85,7 @@ TEST(Cache, GoldenKey) {
   EngineOptions eo;
   eo.target = "x86-64-linux-avx2";
   Engine e(eo);
-  EXPECT_EQ(e.kernel_key(sgd("any")), "6890b371fca28d8b63b30824d704a8d4");
+  EXPECT_EQ(e.kernel_key(sgd("any")), "69a610677ee261a7ae57a34ead4b6700");
 }
 
 TEST(Cache, DefaultLocation) {

@@ -9,11 +9,13 @@
 //     (measured against torch: the moment v = fma((1 - beta2) g, g, v beta2) and the lerp
 //     m = fma(w, g - m, m); nothing else). The same f32 operations in the same order, each
 //     correctly rounded, give the same f32 values, and those round to the same 16 bits, so params
-//     and state must agree bit for bit at every step. One construction step may differ: the
-//     kernel forms v's multiply-add in f64 (src/optim/adam.cpp says why), which rounds twice;
-//     that differs from std::fma only where the f64 result is an f32 tie the exact value is not,
-//     about once in 2^28 values (never, for these seeds). tests/python/test_master_weights.py
-//     checks the same against torch itself, scalar tail included.
+//     and state must agree bit for bit at every step. One construction step may differ where
+//     the target has no FMA: the graph forms v's multiply-add in f64 (src/optim/adam.cpp says
+//     why), which rounds twice; that differs from std::fma only where the f64 result is an f32
+//     tie the exact value is not, about once in 2^28 values (never, for these seeds). On x86
+//     with FMA the lowering compiles it as one FMA (src/lower/fma.h), std::fma's rounding.
+//     tests/python/test_master_weights.py checks the same against torch itself, scalar tail
+//     included.
 //   * Save / load resumes bit-identically: the state file holds the 16-bit state as it is.
 //   * f32 params have no copy to drop: master_weights false compiles the same kernel.
 #include <gmock/gmock.h>

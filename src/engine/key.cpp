@@ -77,8 +77,9 @@ namespace engine_detail {
 // (Schedule::prefetch_l2). 6: outputs no input load reads (16-bit params) prefetched too.
 // 7: bf16 conversions as integer operations on CPU targets (lower/bf16.h). 8: the streaming
 // single-task loop of flat CPU kernels (chunk < 0, KernelCall::serial): an object without it
-// would run a serial call as one-vector parallel tasks.
-constexpr const char* kLoweringVersion = "lowering-8";
+// would run a serial call as one-vector parallel tasks. 9: f32 multiply-adds written through f64
+// as one FMA on x86 (lower/fma.h).
+constexpr const char* kLoweringVersion = "lowering-9";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

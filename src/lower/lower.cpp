@@ -7,6 +7,7 @@
 
 #include "lower/bf16.h"
 #include "lower/f16c.h"
+#include "lower/fma.h"
 #include "lower/lower_ops.h"
 #include "lower/prefetch.h"
 #include "lower/reduce.h"
@@ -61,6 +62,7 @@ class PipelineBuilder {
     check_supported();
     s_ = s;
     gpu_ = target.has_gpu_feature();
+    exact_fma_ = target_has_exact_fma(target);
     funcs_.per_row = uses_rows(g_);
     vars_ = {funcs_.x};
     if (funcs_.per_row) vars_.push_back(funcs_.y);
@@ -265,6 +267,10 @@ class PipelineBuilder {
     std::vector<Expr> args;
     for (NodeId a : n.args) args.push_back(operand(a, ctx));
     if (n.op == Op::RoundSR) return memo = round_sr_bf16(args[0], args[1], element_index());
+    if (n.op == Op::Cast && n.dtype == DType::F32 && exact_fma_) {  // f32(f64(a) * f64(b) + f64(c))
+      Expr fma = exact_fma_f32(args[0]);
+      if (fma.defined()) return memo = fma;
+    }
     return memo = lower_op(n.op, n.dtype, args, Precision::Fast);
   }
 
@@ -316,7 +322,8 @@ class PipelineBuilder {
 
   const Graph& g_;
   Schedule s_;
-  bool gpu_ = false;  // a GPU target: the reductions get their GPU definitions (reduce.h)
+  bool gpu_ = false;        // a GPU target: the reductions get their GPU definitions (reduce.h)
+  bool exact_fma_ = false;  // f32 multiply-adds written through f64 become FMAs (fma.h)
   std::vector<Halide::Var> vars_;  // x, or x, y for per-row graphs
   std::vector<Expr> uexpr_;        // memo by node id
   std::vector<Expr> texpr_[2];     // memo by context, node id

@@ -83,7 +83,8 @@ class Adam final : public UpdateRule {
     // rewrites (c g) g as (g g) c (a reassociation rule that looks at the outer multiply only),
     // so the multiply-add is done in f64: the product of two f32 values is exact there, and the
     // sum is rounded to f64 then to f32, which differs from one rounding only where the f64
-    // result is an f32 tie that the exact sum is not (about once in 2^28 values).
+    // result is an f32 tie that the exact sum is not (about once in 2^28 values). On x86 with
+    // FMA the lowering compiles this form as one f32 FMA, rounded once (src/lower/fma.h).
     Value cg = strict(gr.scalar("one_minus_beta2") * g), vb = strict(v * gr.scalar("beta2"));
     Value v_new =
         cast(cast(cg, DType::F64) * cast(g, DType::F64) + cast(vb, DType::F64), DType::F32);
