@@ -1,15 +1,17 @@
-// f32 multiply-adds written through f64, f32(f64(a) * f64(b) + f64(c)), compiled as one FMA on
-// x86 targets with FMA (src/lower/fma.h).
+// f32 multiply-adds written through f64, f32(f64(a) * f64(b) + f64(c)), compiled as one FMA, and
+// f32 square roots as one whole-vector sqrt, on x86 targets with FMA (src/lower/fma.h).
 //
 // Oracle: std::fma on f32 (one rounding of the exact a * b + c). The f64 form rounds twice, so
 // the two differ where the f64 sum is an f32 tie the exact sum is not; the crafted triple below
-// is such a case, so a kernel that still went through f64 fails on it. Bit-exact otherwise: the
-// vector body and the scalar tail must both give std::fma's bits.
+// is such a case, so a kernel that still went through f64 fails on it. std::sqrt for the square
+// root (IEEE: correctly rounded). Bit-exact: the vector body and the scalar tail must both give
+// the oracle's bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,54 @@ TEST(Fma, ObjectCodeHasVectorFmaAndNoF64) {
   const std::string without = testing::disassemble(
       jit::compile_kernel_object(g, jit::resolve_schedule(Schedule(), no_fma), no_fma, "k"));
   EXPECT_GE(testing::occurrences(without, "vcvtps2pd"), 1u);
+}
+
+Graph square_root() {
+  Graph g("sqrt_f32");
+  g.output("param", sqrt(g.param("param")));
+  return g;
+}
+
+TEST(Fma, SqrtIsIeeeInTheVectorBodyAndTheTail) {
+  auto k = testing::shared_engine().kernel(square_root());
+  const int64_t n = 4096 + 37;
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = {0.0f,
+                                    -0.0f,
+                                    inf,
+                                    -1.0f,
+                                    std::ldexp(1.0f, -149),
+                                    std::ldexp(1.0f, -126),
+                                    2.0f,
+                                    std::ldexp(1.9999999f, 127)};
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = i % 5 == 0 ? edges[size_t(i / 5) % edges.size()]
+                      : static_cast<float>(std::fabs(testing::gen(4, uint64_t(i))) *
+                                           std::ldexp(1.0, int(i % 60) - 30));
+  x[n - 1] = std::ldexp(1.0f, -149);  // a subnormal in the tail
+  std::vector<float> p = x;
+  KernelCall call;
+  call.inputs.push_back(p.data());
+  call.outputs.push_back(p.data());
+  call.n = n;
+  k->run(call);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n && bad < 10; ++i) {
+    const float want = std::sqrt(x[i]);
+    const bool ok = std::isnan(want) ? std::isnan(p[i]) : bits(p[i]) == bits(want);
+    if (!ok) ++bad, ADD_FAILURE() << "element " << i << ": sqrt(" << x[i] << ") = " << p[i];
+  }
+}
+
+TEST(Fma, SqrtCompilesToWholeZmmSquareRootsOnAvx512) {
+  const std::string avx512 = "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41";
+  const Graph g = canonicalize(square_root());
+  const std::string code = testing::disassemble(
+      jit::compile_kernel_object(g, jit::resolve_schedule(Schedule(), avx512), avx512, "k"));
+  if (code.empty()) GTEST_SKIP() << "no objdump";
+  EXPECT_GE(testing::occurrences(code, "vsqrtps %zmm"), 1u);
+  EXPECT_EQ(testing::occurrences(code, "vsqrtps %ymm"), 0u);  // Halide's own: 8 lanes each
 }
 
 }  // namespace

@@ -78,7 +78,8 @@ namespace engine_detail {
 // 7: bf16 conversions as integer operations on CPU targets (lower/bf16.h). 8: the streaming
 // single-task loop of flat CPU kernels (chunk < 0, KernelCall::serial): an object without it
 // would run a serial call as one-vector parallel tasks. 9: f32 multiply-adds written through f64
-// as one FMA on x86 (lower/fma.h).
+// as one FMA and f32 square roots as whole-vector ones on x86 (lower/fma.h); bf16 narrowing
+// packed by one shuffle on AVX-512BW (lower/bf16.h).
 constexpr const char* kLoweringVersion = "lowering-9";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,

@@ -7,7 +7,6 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
-#include <array>
 #include <map>
 #include <vector>
 
@@ -47,6 +46,10 @@ Expr exact_fma_f32(const Expr& e) {
   return Expr();
 }
 
+Expr vector_sqrt_f32(const Expr& x) {
+  return Call::make(x.type(), kSqrtF32, {x}, Call::PureExtern);
+}
+
 namespace {
 
 // One operand of a lane-by-lane call: lane `lane` of vector `source`, or (lane -1) the scalar
@@ -63,33 +66,41 @@ Operand operand_of(llvm::Value* arg) {
   return {x->getVectorOperand(), index->getSExtValue()};
 }
 
-// The calls that are lanes of one vector fma: the same three operand vectors (or scalars), each
-// call one lane of them.
+// The lane a call computes: that of its vector operands (-1: none, or they disagree), and their
+// width in `*width`.
+int64_t lane_of(llvm::CallInst* call, unsigned* width) {
+  int64_t lane = -1;
+  *width = 0;
+  for (unsigned i = 0; i < call->arg_size(); ++i) {
+    Operand o = operand_of(call->getArgOperand(i));
+    if (o.lane < 0) continue;
+    unsigned w = llvm::cast<llvm::FixedVectorType>(o.source->getType())->getNumElements();
+    if ((lane >= 0 && lane != o.lane) || (*width && *width != w)) return -1;
+    lane = o.lane;
+    *width = w;
+  }
+  return lane;
+}
+
+// The calls that are lanes of one vector operation: the same operand vectors (or scalars), each
+// call one lane of them, all in one block.
 struct Group {
   std::vector<llvm::CallInst*> calls;
   unsigned lanes = 0;
 };
 
 // Groups `calls` by their operands' sources; a call whose vector operands do not agree on the
-// lane, or whose vectors differ in width, is left out (it becomes a scalar fma).
-std::map<std::array<llvm::Value*, 3>, Group> group_lanes(const std::vector<llvm::CallInst*>& calls,
-                                                         std::vector<llvm::CallInst*>* scalar) {
-  std::map<std::array<llvm::Value*, 3>, Group> groups;
+// lane or width, or that lies in another block than its group's first call, is left to
+// `*scalar` (it becomes a scalar operation).
+std::map<std::vector<llvm::Value*>, Group> group_lanes(const std::vector<llvm::CallInst*>& calls,
+                                                       std::vector<llvm::CallInst*>* scalar) {
+  std::map<std::vector<llvm::Value*>, Group> groups;
   for (llvm::CallInst* call : calls) {
-    std::array<llvm::Value*, 3> key;
-    int64_t lane = -1;
+    std::vector<llvm::Value*> key;
+    for (unsigned i = 0; i < call->arg_size(); ++i)
+      key.push_back(operand_of(call->getArgOperand(i)).source);
     unsigned width = 0;
-    bool ok = true;
-    for (unsigned i = 0; i < 3; ++i) {
-      Operand o = operand_of(call->getArgOperand(i));
-      key[i] = o.source;
-      if (o.lane < 0) continue;
-      unsigned w = llvm::cast<llvm::FixedVectorType>(o.source->getType())->getNumElements();
-      ok = ok && (lane < 0 || lane == o.lane) && (width == 0 || width == w);
-      lane = o.lane;
-      width = w;
-    }
-    Group* g = ok && lane >= 0 ? &groups[key] : nullptr;
+    Group* g = lane_of(call, &width) >= 0 ? &groups[key] : nullptr;
     if (!g || (g->lanes && g->calls.front()->getParent() != call->getParent())) {
       scalar->push_back(call);
       continue;
@@ -100,14 +111,12 @@ std::map<std::array<llvm::Value*, 3>, Group> group_lanes(const std::vector<llvm:
   return groups;
 }
 
-}  // namespace
-
 // Halide emits each vector call lane by lane (extractelement of each operand, call,
-// insertelement). The calls of one group become lanes of ONE llvm.fma placed before the
-// group's first call (all in one block; every operand vector is defined before its lanes'
-// extracts, so before that call); LLVM folds the re-assembled lanes back into that vector.
-void finish_fma_pass(llvm::Module& m) {
-  llvm::Function* fn = m.getFunction(kFmaF32);
+// insertelement). The calls of one group become lanes of ONE call of `id` placed before the
+// group's first call (every operand vector is defined before its lanes' extracts, so before
+// that call); LLVM folds the re-assembled lanes back into that vector.
+void replace_lane_calls(llvm::Module& m, const char* name, llvm::Intrinsic::ID id) {
+  llvm::Function* fn = m.getFunction(name);
   if (!fn) return;
   std::vector<llvm::CallInst*> calls, scalar;
   for (llvm::User* u : fn->users())
@@ -123,28 +132,29 @@ void finish_fma_pass(llvm::Module& m) {
     for (llvm::Value* source : key)
       vectors.push_back(source->getType()->isVectorTy() ? source
                                                         : b.CreateVectorSplat(g.lanes, source));
-    llvm::Function* vfma = llvm::Intrinsic::getDeclaration(&m, llvm::Intrinsic::fma, {vt});
-    llvm::Value* whole = b.CreateCall(vfma, vectors);
+    llvm::Value* whole = b.CreateCall(llvm::Intrinsic::getDeclaration(&m, id, {vt}), vectors);
     for (llvm::CallInst* c : g.calls) {
+      unsigned width = 0;
       llvm::IRBuilder<> at(c);
-      const int64_t lane = [&] {
-        for (unsigned i = 0; i < 3; ++i)
-          if (Operand o = operand_of(c->getArgOperand(i)); o.lane >= 0) return o.lane;
-        return int64_t{0};
-      }();
-      c->replaceAllUsesWith(at.CreateExtractElement(whole, at.getInt64(lane)));
+      c->replaceAllUsesWith(at.CreateExtractElement(whole, at.getInt64(lane_of(c, &width))));
       c->eraseFromParent();
     }
   }
   for (llvm::CallInst* c : scalar) {
     llvm::IRBuilder<> b(c);
-    llvm::Function* sfma =
-        llvm::Intrinsic::getDeclaration(&m, llvm::Intrinsic::fma, {b.getFloatTy()});
-    c->replaceAllUsesWith(
-        b.CreateCall(sfma, {c->getArgOperand(0), c->getArgOperand(1), c->getArgOperand(2)}));
+    std::vector<llvm::Value*> args(c->arg_begin(), c->arg_end());
+    llvm::Function* f = llvm::Intrinsic::getDeclaration(&m, id, {b.getFloatTy()});
+    c->replaceAllUsesWith(b.CreateCall(f, args));
     c->eraseFromParent();
   }
   if (fn->use_empty()) fn->eraseFromParent();
+}
+
+}  // namespace
+
+void finish_fma_pass(llvm::Module& m) {
+  replace_lane_calls(m, kFmaF32, llvm::Intrinsic::fma);
+  replace_lane_calls(m, kSqrtF32, llvm::Intrinsic::sqrt);
 }
 
 }  // namespace optfuse::lower

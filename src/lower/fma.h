@@ -1,5 +1,6 @@
 #pragma once
-// f32 multiply-adds rounded once, as one FMA instruction (internal; includes Halide.h).
+// f32 multiply-adds rounded once, as one FMA instruction, and f32 square roots of whole vectors
+// (internal; includes Halide.h).
 //
 // Why: Halide 14 has no fused multiply-add it promises to keep. A graph that needs
 // round(a * b + c) with one rounding (torch's fused 16-bit AdamW forms its second moment so:
@@ -23,9 +24,10 @@ class Module;
 
 namespace optfuse::lower {
 
-constexpr const char* kFmaF32 = "optfuse_fma_f32";  // float(float a, float b, float c)
+constexpr const char* kFmaF32 = "optfuse_fma_f32";    // float(float a, float b, float c)
+constexpr const char* kSqrtF32 = "optfuse_sqrt_f32";  // float(float x), IEEE square root
 
-// Whether `target` gets the calls: CPU x86 targets with FMA (their kernels go through
+// Whether `target` gets the calls (both kinds): CPU x86 targets with FMA (their kernels go through
 // finish_fma_pass; without an FMA unit llvm.fma would be a libm call, and CUDA kernels are
 // compiled inside Halide, where the pass never runs).
 bool target_has_exact_fma(const Halide::Target& target);
@@ -34,9 +36,15 @@ bool target_has_exact_fma(const Halide::Target& target);
 // f64(a) * f64(b) + f64(c) (either operand order) with a, b, c of type f32; else undefined.
 Halide::Expr exact_fma_f32(const Halide::Expr& e);
 
-// The LLVM half: each lane-by-lane call becomes a lane of ONE llvm.fma of the vectors its
-// operands' lanes came from (an operand that is the same scalar in every lane is splatted), or a
-// scalar llvm.fma. A module without the calls is left as it is.
+// The f32 square root of `x` (any lanes) as a call finish_fma_pass makes ONE llvm.sqrt of the
+// whole vector. Halide 14 emits a vector sqrt as 8-lane AVX calls, so a 32-lane vector became
+// four vsqrtps ymm plus two vextractf64x4 and two vinsertf64x4; llvm.sqrt.v32f32 is two
+// vsqrtps zmm on AVX-512 (four ymm on AVX2), correctly rounded either way.
+Halide::Expr vector_sqrt_f32(const Halide::Expr& x);
+
+// The LLVM half: each lane-by-lane call becomes a lane of ONE llvm.fma (llvm.sqrt) of the
+// vectors its operands' lanes came from (an operand that is the same scalar in every lane is
+// splatted), or a scalar llvm.fma (llvm.sqrt). A module without the calls is left as it is.
 void finish_fma_pass(llvm::Module& m);
 
 }  // namespace optfuse::lower

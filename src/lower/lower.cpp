@@ -267,6 +267,9 @@ class PipelineBuilder {
     std::vector<Expr> args;
     for (NodeId a : n.args) args.push_back(operand(a, ctx));
     if (n.op == Op::RoundSR) return memo = round_sr_bf16(args[0], args[1], element_index());
+    if (n.op == Op::Sqrt && n.dtype == DType::F32 && exact_fma_ &&
+        args[0].type().element_of() == Halide::Float(32))
+      return memo = vector_sqrt_f32(args[0]);
     if (n.op == Op::Cast && n.dtype == DType::F32 && exact_fma_) {  // f32(f64(a) * f64(b) + f64(c))
       Expr fma = exact_fma_f32(args[0]);
       if (fma.defined()) return memo = fma;
@@ -322,8 +325,10 @@ class PipelineBuilder {
 
   const Graph& g_;
   Schedule s_;
-  bool gpu_ = false;        // a GPU target: the reductions get their GPU definitions (reduce.h)
-  bool exact_fma_ = false;  // f32 multiply-adds written through f64 become FMAs (fma.h)
+  bool gpu_ = false;  // a GPU target: the reductions get their GPU definitions (reduce.h)
+  // x86 with FMA: f32 multiply-adds written through f64 and f32 square roots become whole-vector
+  // LLVM intrinsics (fma.h).
+  bool exact_fma_ = false;
   std::vector<Halide::Var> vars_;  // x, or x, y for per-row graphs
   std::vector<Expr> uexpr_;        // memo by node id
   std::vector<Expr> texpr_[2];     // memo by context, node id
