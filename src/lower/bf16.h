@@ -16,6 +16,8 @@
 // reinterpret(x) + 0x7fff + lsb, >> 16 (round to nearest even), NaN kept a quiet NaN as
 // optim::to_bf16_bits does, and a shift left by 16 to widen. No float op is added or copied, so
 // a bf16 kernel's f32 ops, their flags and uses are those of the f32 kernel, on every target.
+// On x86 with AVX-512BW the same rounding is left in the high halves of the 32-bit lanes and
+// packed by one vpermt2w per 32 lanes (README.md, "Whole-vector FMA and square root").
 #include <Halide.h>
 
 namespace optfuse::lower {
