@@ -59,34 +59,16 @@ import torch
 import optfuse
 import optfuse.torch as oft
 
-ROOT = Path(__file__).resolve().parents[2]
-HP = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)   # gpt2-small.json's AdamW
+from benchlib import CEILING_RULE, HP, ROOT, interleaved_rounds, spec_shapes
+
 MAX_NORM = 1.0
 INIT_SCALE = 2.0 ** 16                                                # GradScaler's default
 SCALER = dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=2000)   # its defaults too
 # Bytes per element of each row (the docstring's model) by param / grad dtype.
 BYTES = {torch.float32: dict(torch=48, optfuse=32, plain=28, stats=4, torch_plain=28),
          torch.bfloat16: dict(torch=60, optfuse=30, plain=28, stats=2, torch_plain=40)}
-CEILING_RULE = {"name": "ceiling_4r3w", "defaults": {"lr": 0.0}, "graph": {
-    "name": "ceiling_4r3w",
-    "inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad"},
-               {"name": "exp_avg", "role": "state"}, {"name": "exp_avg_sq", "role": "state"}],
-    "nodes": [{"id": "p1", "op": "add", "args": ["p", "g"]},
-              {"id": "m1", "op": "add", "args": ["exp_avg", "g"]},
-              {"id": "v1", "op": "add", "args": ["exp_avg_sq", "g"]}],
-    "outputs": {"p": "p1", "exp_avg": "m1", "exp_avg_sq": "v1"}}}
-
 
 # ---- cases -------------------------------------------------------------------------------------
-def spec_shapes(spec_file: str, scale: int = 1):
-    """(shape, decays) per tensor of a model spec in examples/specs/, every dim divided by
-    `scale`; a tensor decays unless the spec's first param group (weight_decay 0) matches it."""
-    spec = json.loads((ROOT / "examples/specs" / spec_file).read_text())
-    no_decay = re.compile(spec["param_groups"][0]["match"])
-    return [([max(1, d // scale) for d in t["shape"]], not no_decay.search(t["name"]))
-            for t in spec["parameters"]]
-
-
 def make_cases(a):
     """The cases named in --cases, in that order: flatN, one tensor of 2^N elements (2^(N-4)
     with --quick); gpt2, the layout of examples/specs/gpt2-small.json (dims / 8 with --quick);
@@ -246,20 +228,7 @@ def time_case(a, entries, log):
     for e in entries:                      # warm-up: kernels compiled or loaded, state made
         for _ in range(a.warmup):
             e.before(); e.run(); e.after()
-    for r in range(a.rounds):
-        k = r % len(entries)
-        for e in entries[k:] + entries[:k]:
-            for _ in range(a.turn_warmup):   # untimed: wakes this contender's threads
-                e.before(); e.run(); e.after()
-            ts = []
-            for _ in range(a.steps):
-                e.before()
-                t0 = time.perf_counter()
-                e.run()
-                ts.append(time.perf_counter() - t0)
-                e.after()
-            e.rounds.append(statistics.median(ts))
-        log(f"  round {r + 1}/{a.rounds} done")
+    interleaved_rounds(entries, a.rounds, a.steps, a.turn_warmup, log)
 
 
 def summarize(entries, n_elems):

@@ -30,6 +30,7 @@ import torch
 
 import optfuse
 import optfuse.torch as oft
+from benchlib import interleaved_rounds
 
 ROOT = Path(__file__).resolve().parents[2]
 HP = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, maximize=False)  # gpt2-small
@@ -193,18 +194,7 @@ def time_steps(a, entries, log):
     for e in entries:
         for _ in range(a.warmup):
             e.before(); e.run()
-    for r in range(a.rounds):
-        k = r % len(entries)
-        for e in entries[k:] + entries[:k]:
-            e.before(); e.run()  # untimed: wakes this contender's threads
-            ts = []
-            for _ in range(a.steps):
-                e.before()
-                t0 = time.perf_counter()
-                e.run()
-                ts.append(time.perf_counter() - t0)
-            e.rounds.append(statistics.median(ts))
-        log(f"  round {r + 1}/{a.rounds} done")
+    interleaved_rounds(entries, a.rounds, a.steps, 1, log)
     return ({e.name: statistics.median(e.rounds) for e in entries},
             {e.name: e.rounds for e in entries})
 

@@ -31,28 +31,10 @@ import optfuse
 import optfuse.torch as oft
 from optfuse import _core
 
-ROOT = Path(__file__).resolve().parents[2]
-HP = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)   # gpt2-small.json's AdamW
-CEILING_RULE = {"name": "ceiling_4r3w", "defaults": {"lr": 0.0}, "graph": {
-    "name": "ceiling_4r3w",
-    "inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad"},
-               {"name": "exp_avg", "role": "state"}, {"name": "exp_avg_sq", "role": "state"}],
-    "nodes": [{"id": "p1", "op": "add", "args": ["p", "g"]},
-              {"id": "m1", "op": "add", "args": ["exp_avg", "g"]},
-              {"id": "v1", "op": "add", "args": ["exp_avg_sq", "g"]}],
-    "outputs": {"p": "p1", "exp_avg": "m1", "exp_avg_sq": "v1"}}}
+from benchlib import CEILING_RULE, HP, ROOT, interleaved_rounds, spec_shapes
 
 
 # ---- cases -------------------------------------------------------------------------------------
-def spec_shapes(spec_file: str, scale: int = 1):
-    """(shape, decays) per tensor of a model spec in examples/specs/, every dim divided by
-    `scale`; a tensor decays unless the spec's first param group (weight_decay 0) matches it."""
-    spec = json.loads((ROOT / "examples/specs" / spec_file).read_text())
-    no_decay = re.compile(spec["param_groups"][0]["match"])
-    return [([max(1, d // scale) for d in t["shape"]], not no_decay.search(t["name"]))
-            for t in spec["parameters"]]
-
-
 def gpt2_shapes(scale: int):
     return spec_shapes("gpt2-small.json", scale)
 
@@ -229,20 +211,7 @@ def time_case(a, entries, log):
         for _ in range(a.warmup):
             if e.before: e.before()
             e.run()
-    for r in range(a.rounds):
-        k = r % len(live)
-        for e in live[k:] + live[:k]:
-            for _ in range(a.turn_warmup):   # untimed: wakes this contender's threads
-                if e.before: e.before()
-                e.run()
-            ts = []
-            for _ in range(a.steps):
-                if e.before: e.before()
-                t0 = time.perf_counter()
-                e.run()
-                ts.append(time.perf_counter() - t0)
-            e.rounds.append(statistics.median(ts))
-        log(f"  round {r + 1}/{a.rounds} done")
+    interleaved_rounds(live, a.rounds, a.steps, a.turn_warmup, log)
 
 
 def summarize(entries, n_elems, n_tensors):
