@@ -59,7 +59,7 @@ import torch
 import optfuse
 import optfuse.torch as oft
 
-from benchlib import CEILING_RULE, HP, ROOT, interleaved_rounds, spec_shapes
+from benchlib import CEILING_RULE, HP, ROOT, groups_of, interleaved_rounds, spec_shapes
 
 MAX_NORM = 1.0
 INIT_SCALE = 2.0 ** 16                                                # GradScaler's default
@@ -89,13 +89,6 @@ def make_cases(a):
             raise SystemExit(f"bench_amp: unknown case {k!r} (see --help)")
         out[k] = (label, shapes, torch.bfloat16 if bf16 else torch.float32)
     return out
-
-
-def groups_of(params, decays):
-    """Two param groups as the spec's: decay 0.1, and none on biases / layer norms / wpe."""
-    gs = [{"params": [p for p, d in zip(params, decays) if d]},
-          {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0}]
-    return [g for g in gs if g["params"]]
 
 
 # ---- contenders --------------------------------------------------------------------------------

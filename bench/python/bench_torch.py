@@ -31,7 +31,7 @@ import optfuse
 import optfuse.torch as oft
 from optfuse import _core
 
-from benchlib import CEILING_RULE, HP, ROOT, interleaved_rounds, spec_shapes
+from benchlib import CEILING_RULE, HP, ROOT, groups_of, interleaved_rounds, spec_shapes
 
 
 # ---- cases -------------------------------------------------------------------------------------
@@ -63,13 +63,6 @@ def make_cases(a):
         elif k not in ("startup", "noop"):
             raise SystemExit(f"bench_torch: unknown case {k!r} (see --help)")
     return out
-
-
-def groups_of(params, decays):
-    """Two param groups as the spec's: decay 0.1, and none on biases / layer norms / wpe."""
-    gs = [{"params": [p for p, d in zip(params, decays) if d]},
-          {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0}]
-    return [g for g in gs if g["params"]]
 
 
 class Entry:

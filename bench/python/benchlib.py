@@ -32,6 +32,13 @@ def spec_shapes(spec_file: str, scale: int = 1):
             for t in spec["parameters"]]
 
 
+def groups_of(params, decays):
+    """Two param groups as the spec's: decay 0.1, and none on biases / layer norms / wpe."""
+    gs = [{"params": [p for p, d in zip(params, decays) if d]},
+          {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0}]
+    return [g for g in gs if g["params"]]
+
+
 def interleaved_rounds(entries, rounds: int, steps: int, turn_warmup: int, log) -> None:
     """Times `steps` steps of every entry per round, the entries taking turns in an order rotated
     each round, and appends each round's median step time (seconds) to the entry's `rounds`.
