@@ -59,7 +59,8 @@ import torch
 import optfuse
 import optfuse.torch as oft
 
-from benchlib import CEILING_RULE, HP, ROOT, groups_of, interleaved_rounds, spec_shapes
+from benchlib import (CEILING_RULE, HP, ROOT, add_timing_args, groups_of, interleaved_rounds,
+                      spec_shapes)
 
 MAX_NORM = 1.0
 INIT_SCALE = 2.0 ** 16                                                # GradScaler's default
@@ -304,11 +305,7 @@ def main():
                     help="comma list of flatN (one tensor of 2^N, e.g. flat24) and gpt2, each "
                     "optionally with -bf16 (bf16 params and grads, e.g. gpt2-bf16; default "
                     "flat24,gpt2)")
-    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 3)")
-    ap.add_argument("--steps", type=int, help="timed steps per contender per round (3, quick 2)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per contender (2)")
-    ap.add_argument("--turn-warmup", type=int, default=1,
-                    help="untimed steps at the start of each contender's turn in a round (1)")
+    add_timing_args(ap)
     ap.add_argument("--no-foreach", action="store_true",
                     help="skip torch's AMP phase with AdamW(foreach=True)")
     ap.add_argument("--no-references", action="store_true",

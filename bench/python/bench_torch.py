@@ -31,7 +31,8 @@ import optfuse
 import optfuse.torch as oft
 from optfuse import _core
 
-from benchlib import CEILING_RULE, HP, ROOT, groups_of, interleaved_rounds, spec_shapes
+from benchlib import (CEILING_RULE, HP, ROOT, add_timing_args, groups_of, interleaved_rounds,
+                      spec_shapes)
 
 
 # ---- cases -------------------------------------------------------------------------------------
@@ -426,11 +427,7 @@ def main():
                     help="comma list of gpt2, resnet50, small, flatN (one tensor of 2^N, e.g. "
                     "flat20), gpt2-bf16, startup, noop (default: the six cases, then startup "
                     "and noop)")
-    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 3)")
-    ap.add_argument("--steps", type=int, help="timed steps per contender per round (3, quick 2)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per contender (2)")
-    ap.add_argument("--turn-warmup", type=int, default=1,
-                    help="untimed steps at the start of each contender's turn in a round (1)")
+    add_timing_args(ap)
     ap.add_argument("--compile", default="gpt2,flat20,flat24", metavar="CASES",
                     help="cases with a torch.compile'd step (default gpt2,flat20,flat24; "
                     "GPT-2 compiles ~95 s, 'small' 10+ minutes)")

@@ -39,6 +39,16 @@ def groups_of(params, decays):
     return [g for g in gs if g["params"]]
 
 
+def add_timing_args(ap) -> None:
+    """The options interleaved_rounds() takes (--rounds and --steps default to None: a script
+    sets its own defaults, smaller with --quick)."""
+    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 3)")
+    ap.add_argument("--steps", type=int, help="timed steps per contender per round (3, quick 2)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per contender (2)")
+    ap.add_argument("--turn-warmup", type=int, default=1,
+                    help="untimed steps at the start of each contender's turn in a round (1)")
+
+
 def interleaved_rounds(entries, rounds: int, steps: int, turn_warmup: int, log) -> None:
     """Times `steps` steps of every entry per round, the entries taking turns in an order rotated
     each round, and appends each round's median step time (seconds) to the entry's `rounds`.
