@@ -60,7 +60,7 @@ import optfuse
 import optfuse.torch as oft
 
 from benchlib import (CEILING_RULE, HP, ROOT, add_timing_args, groups_of, interleaved_rounds,
-                      spec_shapes)
+                      machine, spec_shapes)
 
 MAX_NORM = 1.0
 INIT_SCALE = 2.0 ** 16                                                # GradScaler's default
@@ -251,18 +251,6 @@ def summarize(entries, n_elems):
 
 
 # ---- output ------------------------------------------------------------------------------------
-def machine():
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = re.search(r"^model name\s*:\s*(.*)$", info, re.M)
-    flags = re.search(r"^flags\s*:\s*(.*)$", info, re.M)
-    return {"cpu": model.group(1).strip() if model else platform.processor(),
-            "avx512f": bool(flags and "avx512f" in flags.group(1).split()),
-            "cores": os.cpu_count(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "optfuse": optfuse.__version__,
-            "optfuse_threads": optfuse.engine().threads, "python": platform.python_version(),
-            "loadavg_start": os.getloadavg()[0]}
-
-
 def markdown(res):
     m, a = res["machine"], res["args"]
     smoke = " — smoke test" if a["quick"] else ""

@@ -32,7 +32,7 @@ import optfuse.torch as oft
 from optfuse import _core
 
 from benchlib import (CEILING_RULE, HP, ROOT, add_timing_args, groups_of, interleaved_rounds,
-                      spec_shapes)
+                      machine, spec_shapes)
 
 
 # ---- cases -------------------------------------------------------------------------------------
@@ -297,18 +297,6 @@ def noop_cost(a):
 
 
 # ---- output ------------------------------------------------------------------------------------
-def machine():
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = re.search(r"^model name\s*:\s*(.*)$", info, re.M)
-    flags = re.search(r"^flags\s*:\s*(.*)$", info, re.M)
-    return {"cpu": model.group(1).strip() if model else platform.processor(),
-            "avx512f": bool(flags and "avx512f" in flags.group(1).split()),
-            "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads":
-            torch.get_num_threads(), "optfuse": optfuse.__version__,
-            "optfuse_threads": optfuse.engine().threads, "target": optfuse.engine().target,
-            "python": platform.python_version(), "loadavg_start": os.getloadavg()[0]}
-
-
 def fmt(v, spec, none="-"):
     return none if v is None else format(v, spec)
 

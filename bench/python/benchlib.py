@@ -4,10 +4,16 @@ examples/specs/, and the interleaved timing rounds all their figures come from."
 from __future__ import annotations
 
 import json
+import os
+import platform
 import re
 import statistics
 import time
 from pathlib import Path
+
+import torch
+
+import optfuse
 
 ROOT = Path(__file__).resolve().parents[2]
 HP = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)   # gpt2-small.json's AdamW
@@ -74,3 +80,16 @@ def interleaved_rounds(entries, rounds: int, steps: int, turn_warmup: int, log) 
                 after()
             e.rounds.append(statistics.median(ts))
         log(f"  round {r + 1}/{rounds} done")
+
+
+def machine() -> dict:
+    """The machine and versions a run's figures belong to, with the load average at its start."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"^model name\s*:\s*(.*)$", info, re.M)
+    flags = re.search(r"^flags\s*:\s*(.*)$", info, re.M)
+    return {"cpu": model.group(1).strip() if model else platform.processor(),
+            "avx512f": bool(flags and "avx512f" in flags.group(1).split()),
+            "cores": os.cpu_count(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "optfuse": optfuse.__version__,
+            "optfuse_threads": optfuse.engine().threads, "target": optfuse.engine().target,
+            "python": platform.python_version(), "loadavg_start": os.getloadavg()[0]}
