@@ -105,6 +105,16 @@ def build_entries(a, shapes, dtype, log):
         entries.append(Entry("optfuse opt.step(), same grads", opt.step, role="overhead"))
         entries.append(Entry("optfuse C++ step, same grads", opt._optfuse_binding.core.step,
                              role="overhead", keep=opt))
+    if dtype != torch.float32:   # optfuse with torch's semantics (14 B/element), and bf16 state
+        for name, extra, note in (
+                ("optfuse.torch.AdamW(master_weights=False)", dict(master_weights=False),
+                 "bf16 state, no master: torch's semantics and bits"),
+                ("optfuse.torch.AdamW(state_dtype='bf16')", dict(state_dtype="bf16"),
+                 "f32 master, bf16 state (20 B/elt)")):
+            op = fresh()
+            o16 = oft.AdamW(groups_of(op, decays), **HP, **extra)
+            rebinder(op)(); o16.step()
+            entries.append(Entry(name, o16.step, rebinder(op), note=note))
     # The 4r3w ceiling in f32 over the same element counts, gradients swapped as above.
     cps = fresh(torch.float32)
     cg = [[g.float() for g in gs] for gs in grads] if dtype != torch.float32 else grads
