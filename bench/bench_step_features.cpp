@@ -31,6 +31,7 @@ optim::WorkerPool& stats_pool() {
   static optim::WorkerPool pool(engine().num_threads());
   return pool;
 }
+optim::StatsRound stats_scratch;
 
 constexpr int64_t kN = int64_t{1} << 22;
 
@@ -79,7 +80,7 @@ void BM_AdamW_ClipUnfused(benchmark::State& state) {
   KernelCall scale_call = make_call(*scale, {{"x", s.g.data()}}, {{"c", 1.0}}, kN);
   auto step = [&] {
     optim::GradStats st =
-        optim::grad_stats({{stats.get(), s.g.data(), nullptr, kN}}, &stats_pool());
+        optim::grad_stats({{stats.get(), s.g.data(), nullptr, kN}}, &stats_pool(), &stats_scratch);
     benchmark::DoNotOptimize(st.sumsq);
     scale->run(scale_call);
     s.opt->step();
@@ -126,7 +127,7 @@ void BM_AdamW_ClipGC_Unfused(benchmark::State& state) {
   gc_call.cols = kCols;
   auto step = [&] {
     optim::GradStats st =
-        optim::grad_stats({{stats.get(), s.g.data(), nullptr, kN}}, &stats_pool());
+        optim::grad_stats({{stats.get(), s.g.data(), nullptr, kN}}, &stats_pool(), &stats_scratch);
     benchmark::DoNotOptimize(st.sumsq);
     scale->run(scale_call);
     gc->run(gc_call);
@@ -144,7 +145,8 @@ void run_stats(benchmark::State& state, bool f64) {
   gr.result("sumsq", sum_squares(gr.grad("grad")));
   auto k = engine().kernel(f64 ? optim::grad_stats_graph(false, false) : gr);
   for (auto _ : state) {
-    optim::GradStats st = optim::grad_stats({{k.get(), g.data(), nullptr, kN}}, &stats_pool());
+    optim::GradStats st =
+        optim::grad_stats({{k.get(), g.data(), nullptr, kN}}, &stats_pool(), &stats_scratch);
     benchmark::DoNotOptimize(st.sumsq);
   }
   report(state, 4, 0);

@@ -15,10 +15,7 @@ constexpr int64_t kSliceElems = int64_t{1} << 17;
 // A thread claims consecutive slices of at least this many elements at a time.
 constexpr int64_t kClaimElems = 16384;
 
-struct Slice {
-  const StatsInput* tensor;
-  int64_t begin, n;
-};
+using Slice = StatsRound::Slice;
 
 // One slice's statistics: a serial call (the reduction's single-task loop, on this thread).
 GradStats run_slice(const Slice& s, KernelCall* call) {
@@ -67,21 +64,22 @@ Graph grad_stats_graph(bool accumulated, bool want_maxabs, DType grad) {
   return gr;
 }
 
-GradStats grad_stats(const std::vector<StatsInput>& tensors, WorkerPool* pool) {
-  std::vector<Slice> slices;
+GradStats grad_stats(const std::vector<StatsInput>& tensors, WorkerPool* pool,
+                     StatsRound* scratch) {
+  StatsRound& r = *scratch;
+  r.slices.clear();
   for (const StatsInput& t : tensors)
     for (int64_t b = 0; b < t.n; b += kSliceElems)
-      slices.push_back({&t, b, std::min(kSliceElems, t.n - b)});
-  std::vector<size_t> claims;
+      r.slices.push_back({&t, b, std::min(kSliceElems, t.n - b)});
   make_claims(
-      slices.size(), [&](size_t i) { return slices[i].n; }, kClaimElems, &claims);
-  std::vector<GradStats> partial(slices.size());
-  std::vector<KernelCall> lanes(pool ? static_cast<size_t>(pool->threads()) : 1);
-  run_claims(pool, claims, [&](int k, size_t i) {
-    partial[i] = run_slice(slices[i], &lanes[static_cast<size_t>(k)]);
+      r.slices.size(), [&](size_t i) { return r.slices[i].n; }, kClaimElems, &r.claims);
+  r.partial.assign(r.slices.size(), GradStats{});
+  r.lanes.resize(pool ? static_cast<size_t>(pool->threads()) : 1);
+  run_claims(pool, r.claims, [&](int k, size_t i) {
+    r.partial[i] = run_slice(r.slices[i], &r.lanes[static_cast<size_t>(k)]);
   });
   GradStats total;
-  for (const GradStats& p : partial) total.merge(p);
+  for (const GradStats& p : r.partial) total.merge(p);
   return total;
 }
 

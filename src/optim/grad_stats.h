@@ -43,8 +43,20 @@ struct StatsInput {
 // `want_maxabs`). No outputs: nothing is written.
 Graph grad_stats_graph(bool accumulated, bool want_maxabs, DType grad = DType::F32);
 
+// The pass's scratch, kept between steps so that a step allocates nothing once warm.
+struct StatsRound {
+  struct Slice {
+    const StatsInput* tensor;
+    int64_t begin, n;
+  };
+  std::vector<Slice> slices;
+  std::vector<size_t> claims;
+  std::vector<GradStats> partial;  // per slice
+  std::vector<KernelCall> lanes;   // per thread
+};
+
 // Runs each input's kernel (from grad_stats_graph, with `accumulated` iff the input has acc)
 // over all inputs, as one round on `pool` (null: on the caller).
-GradStats grad_stats(const std::vector<StatsInput>& tensors, WorkerPool* pool);
+GradStats grad_stats(const std::vector<StatsInput>& tensors, WorkerPool* pool, StatsRound* scratch);
 
 }  // namespace optfuse::optim

@@ -85,6 +85,7 @@ std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint6
   auto plan = std::make_shared<GroupPlan>();
   plan->centralizes = centralizes(r.options);
   plan->graph = group_graph(r, false);
+  plan->graph_text = print(plan->graph);
   plan->recipe = std::move(r);
   plan->kernel = engine.kernel(plan->graph);
   const KernelSignature& sig = plan->kernel->signature();
@@ -106,7 +107,7 @@ bool same_graph(const GroupPlan& plan, const GraphRecipe& r) {
       p.prologue.accumulated != r.prologue.accumulated || p.prologue.scaled != r.prologue.scaled ||
       plan.centralizes != centralizes(r.options))
     return false;
-  return print(group_graph(r, false)) == print(plan.graph);
+  return print(group_graph(r, false)) == plan.graph_text;
 }
 
 }  // namespace optfuse::optim

@@ -53,6 +53,7 @@ std::vector<std::string> known_state_names(const UpdateRule& rule, const Options
 struct GroupPlan {
   GraphRecipe recipe;
   Graph graph;                           // group_graph(recipe, false)
+  std::string graph_text;                // print(graph), what same_graph() compares
   bool centralizes = false;              // the options ask for gradient centralization
   std::shared_ptr<const Kernel> kernel;  // graph's: the arguments every tensor kernel takes
   std::vector<StateSlot> state;          // graph_state(graph)

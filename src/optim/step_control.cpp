@@ -7,6 +7,7 @@
 #include "optim/grad_stats.h"
 #include "optim/optimizer_impl.h"
 #include "optim/options.h"
+#include "optim/step_round.h"
 
 namespace optfuse::optim {
 
@@ -26,19 +27,7 @@ namespace {
 // null: no threads are started for nothing.
 WorkerPool* pool_for(Impl& impl, size_t small) {
   const int threads = impl.engine->num_threads();
-  if (threads < 2 || small < 4 * static_cast<size_t>(threads)) return nullptr;
-  if (!impl.pool || impl.pool->threads() != threads)
-    impl.pool = std::make_unique<WorkerPool>(threads);
-  return impl.pool.get();
-}
-
-// The optimizer's pool for a round of slices (grad_stats.h), or null with one thread.
-WorkerPool* round_pool(Impl& impl) {
-  const int threads = impl.engine->num_threads();
-  if (threads < 2) return nullptr;
-  if (!impl.pool || impl.pool->threads() != threads)
-    impl.pool = std::make_unique<WorkerPool>(threads);
-  return impl.pool.get();
+  return threads >= 2 && small >= 4 * static_cast<size_t>(threads) ? round_pool(impl) : nullptr;
 }
 
 // ---- accumulation micro-steps --------------------------------------------------------------
@@ -139,7 +128,7 @@ GradStats statistics(Impl& impl) {
         slot = impl.engine->kernel(grad_stats_graph(acc, sc.options.norm_inf, t.ref.grad.dtype));
       inputs.push_back({slot.get(), t.ref.grad.data, a, t.ref.param.numel});
     }
-  return grad_stats(inputs, round_pool(impl));
+  return grad_stats(inputs, round_pool(impl), &sc.stats_round);
 }
 
 // Plans the update (or the skip) from the statistics; changes nothing but sc.grad_scale.

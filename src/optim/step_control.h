@@ -21,6 +21,7 @@
 #include "optfuse/engine.h"
 #include "optfuse/optim.h"
 #include "optim/grad_prologue.h"
+#include "optim/grad_stats.h"
 #include "optim/scaler.h"
 #include "optim/step_options.h"
 
@@ -33,6 +34,7 @@ struct StepControl {
   double grad_scale = 1;  // the update kernel's "grad_scale" for the step being run
   // Per gradient dtype: resolved at the first micro-step / update that needs them.
   std::map<DType, std::shared_ptr<const Kernel>> acc_init, acc_add, stats;
+  StatsRound stats_round;  // the statistics pass's scratch (grad_stats.h)
 
   explicit StepControl(const StepOptions& o = {}) : options(o), scaler(o) {}
   GradPrologue prologue() const;

@@ -190,15 +190,18 @@ void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
   // Claims: runs of consecutive slices of at least kClaimElems elements.
   make_claims(
       round.slices.size(), [&](size_t i) { return round.slices[i].n; }, kClaimElems, &round.claims);
-  WorkerPool* pool = nullptr;
-  if (threads >= 2 && round.claims.size() > 2) {
-    if (!impl.pool || impl.pool->threads() != threads)
-      impl.pool = std::make_unique<WorkerPool>(threads);
-    pool = impl.pool.get();
-  }
+  WorkerPool* pool = !device && round.claims.size() > 2 ? round_pool(impl) : nullptr;
   run_claims(pool, round.claims, [&](int k, size_t i) {
     run_slice(round, round.slices[i], round.lanes[static_cast<size_t>(k)]);
   });
+}
+
+WorkerPool* round_pool(Impl& impl) {
+  const int threads = impl.engine->num_threads();
+  if (threads < 2) return nullptr;
+  if (!impl.pool || impl.pool->threads() != threads)
+    impl.pool = std::make_unique<WorkerPool>(threads);
+  return impl.pool.get();
 }
 
 }  // namespace optfuse::optim

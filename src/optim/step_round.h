@@ -12,4 +12,8 @@ namespace optfuse::optim {
 // state was made at this step (the rule's created_now).
 void run_groups(Optimizer::Impl& impl, const std::vector<const Optimizer::Impl::Tensor*>& created);
 
+// The optimizer's worker pool for a round on the engine's threads (made at the first round that
+// needs one, remade if the thread count changed), or null with one thread.
+WorkerPool* round_pool(Optimizer::Impl& impl);
+
 }  // namespace optfuse::optim
