@@ -75,6 +75,38 @@ TEST(Fma, KernelGivesTheOnceRoundedMultiplyAdd) {
   }
 }
 
+// A multiply-add whose operand is another one: Halide passes the inner call's lanes straight into
+// the outer call's, so the LLVM pass must replace the inner calls first (it used to read freed
+// calls and crash while compiling).
+TEST(Fma, NestedMultiplyAddsCompileAndRoundOnceEach) {
+  Graph g("nested_fma");
+  Value a = g.param("param"), b = g.grad("grad"), c = g.state("m");
+  auto fma = [](Value x, Value y, Value z) {
+    return cast(cast(x, DType::F64) * cast(y, DType::F64) + cast(z, DType::F64), DType::F32);
+  };
+  g.output("param", fma(fma(a, b, c), b, c));
+  auto k = testing::shared_engine().kernel(g);
+  const int64_t n = 1024 + 5;
+  std::vector<float> p(n), b_(n), c_(n), a0(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a0[i] = p[i] = static_cast<float>(testing::gen(4, uint64_t(i)) * 4.0);
+    b_[i] = static_cast<float>(testing::gen(5, uint64_t(i)) * 4.0);
+    c_[i] = static_cast<float>(testing::gen(6, uint64_t(i)) * 8.0);
+  }
+  KernelCall call;
+  for (const auto& in : k->signature().inputs)
+    call.inputs.push_back(in.name == "param"  ? p.data()
+                          : in.name == "grad" ? b_.data()
+                                              : c_.data());
+  call.outputs.push_back(p.data());
+  call.n = n;
+  k->run(call);
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = std::fma(std::fma(a0[i], b_[i], c_[i]), b_[i], c_[i]);
+    ASSERT_EQ(bits(p[i]), bits(want)) << "element " << i;
+  }
+}
+
 TEST(Fma, ObjectCodeHasVectorFmaAndNoF64) {
   const std::string avx2 = "x86-64-linux-avx-avx2-f16c-fma-sse41";
   const Graph g = canonicalize(multiply_add());

@@ -7,6 +7,7 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -111,41 +112,70 @@ std::map<std::vector<llvm::Value*>, Group> group_lanes(const std::vector<llvm::C
   return groups;
 }
 
+// Whether `v` is the result of a call to `fn` (a lane not yet replaced).
+bool is_call_to(llvm::Value* v, llvm::Function* fn) {
+  auto* call = llvm::dyn_cast<llvm::CallInst>(v);
+  return call && call->getCalledFunction() == fn;
+}
+
+// The group's calls become lanes of ONE call of `id` placed before the group's first call
+// (every operand vector is defined before its lanes' extracts, so before that call); LLVM folds
+// the re-assembled lanes back into that vector.
+void replace_group(llvm::Module& m, llvm::Intrinsic::ID id, const std::vector<llvm::Value*>& key,
+                   const Group& g) {
+  llvm::CallInst* first = g.calls.front();
+  for (llvm::CallInst* c : g.calls)
+    if (c->comesBefore(first)) first = c;
+  llvm::IRBuilder<> b(first);
+  llvm::Type* vt = llvm::FixedVectorType::get(b.getFloatTy(), g.lanes);
+  std::vector<llvm::Value*> vectors;
+  for (llvm::Value* source : key)
+    vectors.push_back(source->getType()->isVectorTy() ? source
+                                                      : b.CreateVectorSplat(g.lanes, source));
+  llvm::Value* whole = b.CreateCall(llvm::Intrinsic::getDeclaration(&m, id, {vt}), vectors);
+  for (llvm::CallInst* c : g.calls) {
+    unsigned width = 0;
+    llvm::IRBuilder<> at(c);
+    c->replaceAllUsesWith(at.CreateExtractElement(whole, at.getInt64(lane_of(c, &width))));
+    c->eraseFromParent();
+  }
+}
+
+void replace_scalar(llvm::Module& m, llvm::Intrinsic::ID id, llvm::CallInst* c) {
+  llvm::IRBuilder<> b(c);
+  std::vector<llvm::Value*> args(c->arg_begin(), c->arg_end());
+  llvm::Function* f = llvm::Intrinsic::getDeclaration(&m, id, {b.getFloatTy()});
+  c->replaceAllUsesWith(b.CreateCall(f, args));
+  c->eraseFromParent();
+}
+
 // Halide emits each vector call lane by lane (extractelement of each operand, call,
-// insertelement). The calls of one group become lanes of ONE call of `id` placed before the
-// group's first call (every operand vector is defined before its lanes' extracts, so before
-// that call); LLVM folds the re-assembled lanes back into that vector.
+// insertelement), and a call may take another call's lane directly. So the calls are replaced
+// in rounds, producers first: a group whose operands include a lane not yet replaced waits,
+// and once its producer is one vector call that operand is an extract of it, and the group
+// regroups by that vector.
 void replace_lane_calls(llvm::Module& m, const char* name, llvm::Intrinsic::ID id) {
   llvm::Function* fn = m.getFunction(name);
   if (!fn) return;
-  std::vector<llvm::CallInst*> calls, scalar;
-  for (llvm::User* u : fn->users())
-    if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
-  auto groups = group_lanes(calls, &scalar);
-  for (auto& [key, g] : groups) {
-    llvm::CallInst* first = g.calls.front();
-    for (llvm::CallInst* c : g.calls)
-      if (c->comesBefore(first)) first = c;
-    llvm::IRBuilder<> b(first);
-    llvm::Type* vt = llvm::FixedVectorType::get(b.getFloatTy(), g.lanes);
-    std::vector<llvm::Value*> vectors;
-    for (llvm::Value* source : key)
-      vectors.push_back(source->getType()->isVectorTy() ? source
-                                                        : b.CreateVectorSplat(g.lanes, source));
-    llvm::Value* whole = b.CreateCall(llvm::Intrinsic::getDeclaration(&m, id, {vt}), vectors);
-    for (llvm::CallInst* c : g.calls) {
-      unsigned width = 0;
-      llvm::IRBuilder<> at(c);
-      c->replaceAllUsesWith(at.CreateExtractElement(whole, at.getInt64(lane_of(c, &width))));
-      c->eraseFromParent();
-    }
-  }
-  for (llvm::CallInst* c : scalar) {
-    llvm::IRBuilder<> b(c);
-    std::vector<llvm::Value*> args(c->arg_begin(), c->arg_end());
-    llvm::Function* f = llvm::Intrinsic::getDeclaration(&m, id, {b.getFloatTy()});
-    c->replaceAllUsesWith(b.CreateCall(f, args));
-    c->eraseFromParent();
+  for (bool progress = true; progress && !fn->use_empty();) {
+    progress = false;
+    std::vector<llvm::CallInst*> calls, scalar;
+    for (llvm::User* u : fn->users())
+      if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
+    auto groups = group_lanes(calls, &scalar);
+    // Which are ready is decided before any call is replaced (a replaced call is freed).
+    auto waits = [&](auto begin, auto end) {
+      return std::any_of(begin, end, [&](llvm::Value* v) { return is_call_to(v, fn); });
+    };
+    std::vector<const std::pair<const std::vector<llvm::Value*>, Group>*> ready_groups;
+    for (const auto& entry : groups)
+      if (!waits(entry.first.begin(), entry.first.end())) ready_groups.push_back(&entry);
+    std::vector<llvm::CallInst*> ready_scalars;
+    for (llvm::CallInst* c : scalar)
+      if (!waits(c->arg_begin(), c->arg_end())) ready_scalars.push_back(c);
+    for (const auto* entry : ready_groups) replace_group(m, id, entry->first, entry->second);
+    for (llvm::CallInst* c : ready_scalars) replace_scalar(m, id, c);
+    progress = !ready_groups.empty() || !ready_scalars.empty();
   }
   if (fn->use_empty()) fn->eraseFromParent();
 }
