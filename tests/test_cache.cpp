@@ -85,7 +85,7 @@ TEST(Cache, GoldenKey) {
   EngineOptions eo;
   eo.target = "x86-64-linux-avx2";
   Engine e(eo);
-  EXPECT_EQ(e.kernel_key(sgd("any")), "69a610677ee261a7ae57a34ead4b6700");
+  EXPECT_EQ(e.kernel_key(sgd("any")), "fb936344ce148aa97bf6464d54552409");
 }
 
 TEST(Cache, DefaultLocation) {

@@ -59,8 +59,10 @@ int op_arity(Op op);
 unsigned op_flags(Op op);
 inline bool op_has(Op op, unsigned flag) { return (op_flags(op) & flag) != 0; }
 
-enum class Role : uint8_t { Param, Grad, State };
-std::string_view role_name(Role r);  // "param", "grad", "state"
+// RowState: optimizer state with one value per row of the per-row view (a block's scale, see
+// row_state() below); the others have one value per element.
+enum class Role : uint8_t { Param, Grad, State, RowState };
+std::string_view role_name(Role r);  // "param", "grad", "state", "row_state"
 
 using NodeId = int32_t;
 
@@ -116,6 +118,12 @@ class Graph {
   Value param(const std::string& name, DType t = DType::F32) { return input(Role::Param, name, t); }
   Value grad(const std::string& name, DType t = DType::F32) { return input(Role::Grad, name, t); }
   Value state(const std::string& name, DType t = DType::F32) { return input(Role::State, name, t); }
+  // State with one value per row (the graph is then per-row, see the top of this file): read,
+  // every element of a row sees its row's value; an output replacing it must be the same for
+  // every element of a row (built from row reductions, other row state and uniforms only).
+  Value row_state(const std::string& name, DType t = DType::F32) {
+    return input(Role::RowState, name, t);
+  }
   Value input(Role role, const std::string& name, DType t);
   Value scalar(const std::string& name, DType t = DType::F32);
   Value constant(double v, DType t = DType::F32);
@@ -208,8 +216,12 @@ Value sum_squares(Value a);
 Value max_abs(Value a);
 Value any_nonfinite(Value a);
 
-// Whether `g` uses per-row reductions (its kernels then take KernelCall::cols) / any reduction.
+// Whether `g` uses per-row reductions or row state (its kernels then take KernelCall::cols) / any
+// reduction.
 bool uses_rows(const Graph& g);
+// Why node `id` differs within a row: the per-element input (or round_sr) it depends on other
+// than through a row reduction; null if it is the same for every element of a row.
+const Node* per_element(const Graph& g, NodeId id);
 bool has_reductions(const Graph& g);
 
 // ---- Textual form -------------------------------------------------------------------------
@@ -265,8 +277,9 @@ Hash128 structural_hash(const Graph& g);
 
 // Evaluates the graph element-wise in double precision (a plain interpreter, the reference for
 // tests): `tensors` maps input names to per-element values, `scalars` maps scalar names to values.
-// Returns each output's values keyed by the name it replaces. `cols`: the row length for graphs
-// with per-row reductions (the element count must be a multiple of it).
+// Returns each output's values keyed by the name it replaces. `cols`: the row length for per-row
+// graphs (the element count must be a multiple of it); row state is given and returned as one
+// value per row.
 std::map<std::string, std::vector<double>> interpret(
     const Graph& g, const std::map<std::string, std::vector<double>>& tensors,
     const std::map<std::string, double>& scalars, int64_t cols = 0);

@@ -9,6 +9,10 @@
 
 namespace optfuse {
 
+// The longest row (KernelCall::cols) a kernel with row state takes: a block of block-quantized
+// state lives on the stack while it is updated (src/lower/lower.cpp, make_fresh).
+constexpr int64_t kMaxRowStateCols = 4096;
+
 // Everything a caller needs to know to call a compiled kernel.
 struct KernelSignature {
   struct TensorArg {
@@ -23,6 +27,7 @@ struct KernelSignature {
   struct OutputArg {
     std::string replaces;  // the tensor input it overwrites
     DType dtype;
+    bool row_state = false;  // it replaces row state: one value per row
   };
   struct ResultArg {
     std::string name;
@@ -30,7 +35,9 @@ struct KernelSignature {
   };
   std::vector<TensorArg> inputs;   // canonical order
   std::vector<ScalarArg> scalars;  // canonical order
-  std::vector<OutputArg> outputs;  // canonical order
+  // Those replacing per-element inputs sorted by that input's name, then those replacing row
+  // state (Role::RowState), sorted the same way.
+  std::vector<OutputArg> outputs;
   std::vector<ResultArg> results;  // sorted by name
   // The graph has per-row reductions (row_sum, row_mean, ...): calls give KernelCall::cols.
   bool per_row = false;
@@ -51,7 +58,8 @@ struct KernelCall {
   std::vector<void*> outputs;   // signature.outputs order; normally the same pointer as its input
   int64_t n = 0;
   // Kernels with signature.per_row: the row length (n must be a multiple of it); the tensors are
-  // viewed as [n / cols, cols], row-major. Ignored by other kernels.
+  // viewed as [n / cols, cols], row-major, and row state (Role::RowState) inputs and outputs
+  // hold n / cols values. Ignored by other kernels.
   int64_t cols = 0;
   // Kernels with signature.results: where run() writes them, signature.results.size() doubles
   // in signature.results order. For n == 0 the reductions give their empty values (sum 0,

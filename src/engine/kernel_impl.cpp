@@ -29,6 +29,8 @@ halide_type_t buffer_type(DType t) {
       return halide_type_t(halide_type_bfloat, 16);
     case DType::Bool:
       return halide_type_t(halide_type_uint, 1);
+    case DType::U8:
+      return halide_type_t(halide_type_uint, 8);
   }
   internal_error("buffer_type: bad dtype");
 }
@@ -98,6 +100,11 @@ void check_call_arguments(const KernelSignature& sig, const std::string& kernel,
     throw Error("kernel \"" + kernel + "\" has " + std::to_string(sig.results.size()) +
                 " results (first \"" + sig.results[0].name +
                 "\"): the call needs KernelCall::results");
+  for (const auto& in : sig.inputs)
+    if (in.role == Role::RowState && call.cols > kMaxRowStateCols)
+      throw Error("kernel \"" + kernel + "\" has row state (\"" + in.name +
+                  "\"): KernelCall::cols must be at most " + std::to_string(kMaxRowStateCols) +
+                  ", got " + std::to_string(call.cols));
   if (sig.per_row && (call.cols <= 0 || call.cols > INT32_MAX || call.n % call.cols != 0))
     throw Error(
         "kernel \"" + kernel + "\" reduces per row: KernelCall::cols must be in [1, 2^31) " +
@@ -191,8 +198,24 @@ void KernelImpl::run(const KernelCall& call) const {
   // Per-row kernels slice on whole rows (rows are independent); reducing kernels are one slice.
   int64_t step =
       signature_.per_row ? std::max<int64_t>(1, kMaxSlice / call.cols) * call.cols : kMaxSlice;
-  for (int64_t offset = 0; offset < call.n; offset += step)
-    run_slice(call, scalars, offset, std::min(step, call.n - offset));
+  for (int64_t offset = 0; offset < call.n; offset += step) {
+    const int64_t len = std::min(step, call.n - offset);
+    if (!signature_.per_row || call.serial) {
+      run_slice(call, scalars, offset, len);
+      continue;
+    }
+    // A per-row kernel's tasks are rows_per_task = chunk / cols whole rows (schedule.cpp), and a
+    // task must not be partial: its row stages are fixed at one row each, which a row past the
+    // end would still compute (reading past the buffers). So the rows that fill whole tasks
+    // run in one call, and the rest in a second one, as one task of exactly those rows.
+    const int64_t chunk = chunk_for(len), rows = len / call.cols;
+    const int64_t per_task = std::max<int64_t>(chunk / call.cols, 1);
+    const int64_t whole = rows / per_task * per_task;
+    if (whole > 0) run_slice(call, scalars, offset, whole * call.cols, false, chunk);
+    if (rows > whole)
+      run_slice(call, scalars, offset + whole * call.cols, (rows - whole) * call.cols, false,
+                (rows - whole) * call.cols);
+  }
 }
 
 // argv layout (lower.h): [user_context, inputs..., scalars..., chunk, (cols,) results...,
@@ -200,13 +223,17 @@ void KernelImpl::run(const KernelCall& call) const {
 // for CUDA kernels (which ignore chunk); their buffers carry device pointers instead of host ones.
 // Per-row kernels see every tensor as 2-D: [cols, rows] in Halide's order (x innermost).
 void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, int64_t offset,
-                           int64_t n, bool empty) const {
+                           int64_t n, bool empty, int64_t chunk_elems) const {
   const bool rows = signature_.per_row;
   const int64_t cols = rows ? call.cols : n;
   halide_dimension_t dims[2] = {
       halide_dimension_t(0, static_cast<int32_t>(rows ? cols : n), 1),
       halide_dimension_t(0, static_cast<int32_t>(rows ? n / cols : 1), static_cast<int32_t>(cols))};
   const int dimensions = rows ? 2 : 1;
+  // Row state: one value per row, 1-D.
+  halide_dimension_t row_dims[1] = {
+      halide_dimension_t(0, static_cast<int32_t>(rows ? n / cols : 1), 1)};
+  const int64_t row_offset = rows ? offset / cols : 0;
   // Raw slots, filled as used: an array of halide_buffer_t would run halide_type_t's constructor
   // for all of its slots (about 10 KB of stack written per call, a measurable share of a call on
   // a 1K-element tensor).
@@ -219,12 +246,14 @@ void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, i
   void* args[3 + 2 * kMaxTensors + kMaxScalars + kMaxResults];
   // A serial call is one task: a per-row or reducing kernel's single-task loop (chunk >= n), a
   // flat one's streaming loop (chunk < 0, lower.h).
-  int32_t chunk = empty ? 0 : static_cast<int32_t>(chunk_for(n));
+  int32_t chunk = empty ? 0 : static_cast<int32_t>(chunk_elems > 0 ? chunk_elems : chunk_for(n));
   if (call.serial && !empty) chunk = rows || signature_.reduces ? static_cast<int32_t>(n) : -1;
   int32_t cols32 = static_cast<int32_t>(cols);
   for (size_t i = 0; i < signature_.inputs.size(); ++i) {
-    args[a++] = init_buffer(next_slot(), call.inputs[i], offset, signature_.inputs[i].dtype, dims,
-                            device_interface_, dimensions);
+    const bool row_state = signature_.inputs[i].role == Role::RowState;
+    args[a++] = init_buffer(next_slot(), call.inputs[i], row_state ? row_offset : offset,
+                            signature_.inputs[i].dtype, row_state ? row_dims : dims,
+                            device_interface_, row_state ? 1 : dimensions);
   }
   for (size_t i = 0; i < signature_.scalars.size(); ++i)
     args[a++] = const_cast<ScalarValue*>(&scalars[i]);
@@ -233,8 +262,10 @@ void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, i
   for (size_t i = 0; i < signature_.results.size(); ++i)
     args[a++] = init_result_buffer(next_slot(), call.results + i);
   for (size_t i = 0; i < signature_.outputs.size(); ++i) {
-    args[a++] = init_buffer(next_slot(), call.outputs[i], offset, signature_.outputs[i].dtype, dims,
-                            device_interface_, dimensions);
+    const bool row_state = signature_.outputs[i].row_state;
+    args[a++] = init_buffer(next_slot(), call.outputs[i], row_state ? row_offset : offset,
+                            signature_.outputs[i].dtype, row_state ? row_dims : dims,
+                            device_interface_, row_state ? 1 : dimensions);
   }
   session_->call(fn_, args, name_, {cuda_context_, call.cuda_stream});
 }

@@ -53,8 +53,9 @@ class KernelImpl final : public Kernel {
 
   void check(const KernelCall& call) const;
   // `empty`: a call with n == 0 that has results to compute (see empty_tensor in the .cpp).
+  // `chunk_elems` > 0: the chunk argument, instead of chunk_for(n).
   void run_slice(const KernelCall& call, const ScalarValue* scalars, int64_t offset, int64_t n,
-                 bool empty = false) const;
+                 bool empty = false, int64_t chunk_elems = 0) const;
 
   KernelSignature signature_;
   std::string key_, name_;

@@ -79,8 +79,9 @@ namespace engine_detail {
 // single-task loop of flat CPU kernels (chunk < 0, KernelCall::serial): an object without it
 // would run a serial call as one-vector parallel tasks. 9: f32 multiply-adds written through f64
 // as one FMA and f32 square roots as whole-vector ones on x86 (lower/fma.h); bf16 narrowing
-// packed by one shuffle on AVX-512BW (lower/bf16.h).
-constexpr const char* kLoweringVersion = "lowering-9";
+// packed by one shuffle on AVX-512BW (lower/bf16.h). 10: maxima and minima reduced in f32 (not
+// f64) and a row's whole vectors read without bounds (lower/reduce.h); row state.
+constexpr const char* kLoweringVersion = "lowering-10";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

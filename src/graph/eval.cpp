@@ -42,7 +42,8 @@ double sign_of(double x) {
 }  // namespace
 
 double round_to_dtype(double x, DType t) {
-  if (std::isnan(x)) return t == DType::Bool ? 1.0 : std::numeric_limits<double>::quiet_NaN();
+  if (std::isnan(x))
+    return t == DType::Bool ? 1.0 : t == DType::U8 ? 0.0 : std::numeric_limits<double>::quiet_NaN();
   switch (t) {
     case DType::F64:
       return x;
@@ -54,6 +55,8 @@ double round_to_dtype(double x, DType t) {
       return round_to_format(x, kBF16);
     case DType::Bool:
       return x != 0 ? 1.0 : 0.0;
+    case DType::U8:  // truncation, as the kernels' float -> integer conversion
+      return std::clamp(std::trunc(x), 0.0, 255.0);
   }
   internal_error("round_to_dtype: bad dtype");
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "graph/eval.h"
 #include "graph/names.h"
@@ -228,6 +229,11 @@ void Graph::output(const std::string& replaces, Value v) {
     throw Error(what + "the value has dtype " + dt_str(got) + " but the input has " + dt_str(want));
   for (const Output& o : outputs_)
     if (o.replaces == replaces) throw Error(what + "the input is already replaced");
+  if (const Node* why = node(target).role == Role::RowState ? per_element(*this, v.id()) : nullptr)
+    throw Error(what + "the input is row state, and the value differs within a row (through " +
+                (why->op == Op::Input ? std::string(role_name(why->role)) + " " + quoted(why->name)
+                                      : std::string(op_name(why->op))) +
+                "); build it from row reductions (row_max, ...), other row state and uniforms");
   outputs_.push_back({replaces, v.id()});
 }
 
@@ -248,8 +254,24 @@ void Graph::result(const std::string& name, Value v) {
 
 bool uses_rows(const Graph& g) {
   for (const Node& n : g.nodes())
-    if (op_has(n.op, kRowReduce)) return true;
+    if (op_has(n.op, kRowReduce) || (n.op == Op::Input && n.role == Role::RowState)) return true;
   return false;
+}
+
+const Node* per_element(const Graph& g, NodeId id) {
+  // Operands precede their users (nodes are built bottom-up), so one forward pass decides all.
+  std::vector<const Node*> why(static_cast<size_t>(id) + 1, nullptr);
+  for (NodeId i = 0; i <= id; ++i) {
+    const Node& n = g.node(i);
+    if (!n.is_tensor || op_has(n.op, kRowReduce)) continue;
+    if (n.op == Op::Input || n.op == Op::RoundSR) {
+      why[i] = n.op == Op::Input && n.role == Role::RowState ? nullptr : &n;
+      continue;
+    }
+    for (NodeId a : n.args)
+      if (!why[i]) why[i] = why[a];
+  }
+  return why[id];
 }
 
 bool has_reductions(const Graph& g) {

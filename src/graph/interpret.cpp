@@ -24,12 +24,20 @@ void check_declared(const Graph& g, const Map& given, Op op, const char* kind) {
   }
 }
 
-// The element count shared by all tensor inputs; every declared input must be given.
-size_t element_count(const Graph& g, const std::map<std::string, Values>& tensors) {
+bool is_row_state(const Node& n) { return n.op == Op::Input && n.role == Role::RowState; }
+
+// The element count shared by all per-element tensor inputs; every declared input must be given,
+// row state with one value per row of `cols` elements.
+size_t element_count(const Graph& g, const std::map<std::string, Values>& tensors, int64_t cols) {
   const std::string* first = nullptr;
   size_t n = 1;
   for (const Node& node : g.nodes()) {
     if (node.op != Op::Input) continue;
+    if (is_row_state(node)) {
+      if (tensors.find(node.name) == tensors.end())
+        throw Error("interpret: row state " + quoted(node.name) + " is missing");
+      continue;
+    }
     auto it = tensors.find(node.name);
     if (it == tensors.end())
       throw Error("interpret: tensor input " + quoted(node.name) + " is missing");
@@ -42,7 +50,26 @@ size_t element_count(const Graph& g, const std::map<std::string, Values>& tensor
                   std::to_string(n));
     }
   }
+  for (const Node& node : g.nodes()) {
+    if (!is_row_state(node)) continue;
+    if (cols <= 0 || n % static_cast<size_t>(cols) != 0)
+      throw Error("interpret: row state " + quoted(node.name) +
+                  " needs a row length (cols) > 0 that divides the element count " +
+                  std::to_string(n) + ", got cols = " + std::to_string(cols));
+    size_t rows = n / static_cast<size_t>(cols), got = tensors.at(node.name).size();
+    if (got != rows)
+      throw Error("interpret: row state " + quoted(node.name) + " has " + std::to_string(got) +
+                  " values but the tensors have " + std::to_string(rows) + " rows");
+  }
   return n;
+}
+
+// Row values as per-element ones: every element of a row gets its row's value.
+Values per_element_values(const Values& rows, size_t cols) {
+  Values out;
+  out.reserve(rows.size() * cols);
+  for (double r : rows) out.insert(out.end(), cols, r);
+  return out;
 }
 
 double scalar_value(const std::map<std::string, double>& scalars, const std::string& name) {
@@ -101,11 +128,14 @@ std::vector<Values> evaluate_all(const Graph& g, const std::map<std::string, Val
                                  size_t* count) {
   check_declared(g, tensors, Op::Input, "tensor input");
   check_declared(g, scalars, Op::Scalar, "scalar");
-  size_t n = element_count(g, tensors);
+  size_t n = element_count(g, tensors, cols);
   *count = n;
   std::vector<Values> computed;
   for (const Node& node : g.nodes()) {
-    if (node.op == Op::Input)
+    if (is_row_state(node))
+      computed.push_back(
+          stored(per_element_values(tensors.at(node.name), static_cast<size_t>(cols)), node.dtype));
+    else if (node.op == Op::Input)
       computed.push_back(stored(tensors.at(node.name), node.dtype));
     else if (node.op == Op::Scalar)
       computed.push_back(stored({scalar_value(scalars, node.name)}, node.dtype));
@@ -129,7 +159,13 @@ std::map<std::string, std::vector<double>> interpret(
   std::map<std::string, Values> result;
   for (const Output& o : g.outputs()) {
     const Values& v = computed[o.value];
-    result[o.replaces] = v.size() == n ? v : Values(n, v[0]);
+    Values all = v.size() == n ? v : Values(n, v[0]);
+    if (is_row_state(g.node(g.find_input(o.replaces)))) {  // one value per row
+      Values rows;
+      for (size_t i = 0; i < n; i += static_cast<size_t>(cols)) rows.push_back(all[i]);
+      all = std::move(rows);
+    }
+    result[o.replaces] = std::move(all);
   }
   return result;
 }

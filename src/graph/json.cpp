@@ -59,8 +59,10 @@ class Reader {
       role = Role::Grad;
     else if (role_text == "state")
       role = Role::State;
+    else if (role_text == "row_state")
+      role = Role::RowState;
     else
-      fail(at + "/role", "expected param, grad or state, got \"" + role_text + "\"");
+      fail(at + "/role", "expected param, grad, state or row_state, got \"" + role_text + "\"");
     DType t = dtype(v, at);
     define(name, at, [&] { return g_.input(role, name, t).id(); });
   }

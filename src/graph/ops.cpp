@@ -35,7 +35,7 @@ struct DTypeInfo {
 
 constexpr DTypeInfo kDTypes[] = {
     {DType::F32, "f32", 4},   {DType::F64, "f64", 8},   {DType::F16, "f16", 2},
-    {DType::BF16, "bf16", 2}, {DType::Bool, "bool", 1},
+    {DType::BF16, "bf16", 2}, {DType::Bool, "bool", 1}, {DType::U8, "u8", 1},
 };
 
 const DTypeInfo& info(DType t) {
@@ -70,6 +70,8 @@ std::string_view role_name(Role r) {
       return "grad";
     case Role::State:
       return "state";
+    case Role::RowState:
+      return "row_state";
   }
   internal_error("role code " + std::to_string(static_cast<int>(r)) + " is out of range");
 }

@@ -197,7 +197,8 @@ class Parser {
     if (parse_role(op_text, &role)) return g_.input(role, name_operand(), dtype).id();
     Op op;
     if (!parse_op(op_text, &op) || op == Op::Input)
-      fail_at(line, "unknown op '" + op_text + "' (inputs are written param, grad or state)");
+      fail_at(line,
+              "unknown op '" + op_text + "' (inputs are written param, grad, state or row_state)");
     if (op == Op::Scalar) return g_.scalar(name_operand(), dtype).id();
     if (op == Op::Const) return g_.constant(number(), dtype).id();
     Node n{op, dtype, false, {}, 0, "", Role::Param};
@@ -213,7 +214,7 @@ class Parser {
   }
 
   static bool parse_role(const std::string& s, Role* out) {
-    for (Role r : {Role::Param, Role::Grad, Role::State}) {
+    for (Role r : {Role::Param, Role::Grad, Role::State, Role::RowState}) {
       if (role_name(r) == s) {
         *out = r;
         return true;

@@ -205,6 +205,11 @@ void encode_scalar(double value, DType t, void* out) {
       std::memcpy(out, &b, 1);
       return;
     }
+    case DType::U8: {
+      uint8_t b = static_cast<uint8_t>(std::clamp(value, 0.0, 255.0));
+      std::memcpy(out, &b, 1);
+      return;
+    }
   }
   internal_error("encode_scalar: bad dtype");
 }

@@ -12,6 +12,7 @@
 #include "lower/prefetch.h"
 #include "lower/reduce.h"
 #include "lower/schedule.h"
+#include "lower/signature.h"
 #include "optfuse/error.h"
 
 namespace optfuse::lower {
@@ -45,7 +46,10 @@ void define(Func& f, const std::vector<Halide::Var>& vars, const std::vector<Exp
 // through `load` and scalar-only subexpressions from the `uniforms` Func, and the operands of
 // reductions (prologue stages), which read the ImageParams directly and inline uniform
 // expressions (a reduction runs before `uniforms` may be computed: uniforms can depend on it).
-enum Ctx { kMain = 0, kPrologue = 1 };
+// Per-row graphs have a third: values that are the same for a whole row (row state, row
+// reductions and what is computed from them), computed once per row into the `row_values`
+// Funcs, which both others read.
+enum Ctx { kMain = 0, kPrologue = 1, kRow = 2 };
 
 class PipelineBuilder {
  public:
@@ -59,15 +63,16 @@ class PipelineBuilder {
   Lowered build(const Schedule& s, const Halide::Target& target) {
     if (g_.outputs().empty() && g_.results().empty())
       throw Error("graph \"" + g_.name() + "\" has no outputs or results to compute");
-    check_supported();
     s_ = s;
     gpu_ = target.has_gpu_feature();
+    check_supported();
     exact_fma_ = target_has_exact_fma(target);
     funcs_.per_row = uses_rows(g_);
     vars_ = {funcs_.x};
     if (funcs_.per_row) vars_.push_back(funcs_.y);
     make_leaves();
     make_uniforms();
+    make_row_values();
     // Results first: Halide realizes independent pipeline outputs in the order given, and the
     // reductions only results use must read the inputs before `out` overwrites them in place
     // (tests/test_reduce.cpp, InPlace). So the argv has the result buffers before the outputs.
@@ -80,11 +85,20 @@ class PipelineBuilder {
       define(funcs_.results, {}, results);
       pipeline_outputs.push_back(funcs_.results);
     }
-    if (!g_.outputs().empty()) {
-      std::vector<Expr> outputs;
-      for (const Output& o : sorted_outputs()) outputs.push_back(operand(o.value, kMain));
+    // Per-element outputs are `out`'s Tuple; row-state ones `row_out`'s, over rows only, which the
+    // schedule fuses into `out`'s row loop. Their values are per-row, so they read row state and
+    // row reductions directly (the prologue's context), not through the per-vector `load`.
+    std::vector<Expr> outputs, row_outputs;
+    for (const Output& o : element_outputs()) outputs.push_back(operand(o.value, kMain));
+    for (const Output& o : row_outputs_of()) row_outputs.push_back(operand(o.value, kRow));
+    if (!outputs.empty()) {
       define(funcs_.out, vars_, outputs);
       pipeline_outputs.push_back(funcs_.out);
+    }
+    if (!row_outputs.empty()) {
+      funcs_.row_out = Func("row_out");
+      define(funcs_.row_out, {funcs_.y}, row_outputs);
+      pipeline_outputs.push_back(funcs_.row_out);
     }
     funcs_.inputs = inputs_;
     apply_schedule(funcs_, s, target);
@@ -112,6 +126,15 @@ class PipelineBuilder {
         throw Error(graph + "opaque op \"" + n.name +
                     "\" cannot be compiled into a kernel; partition the graph "
                     "(include/optfuse/partition.h) and run it between the kernels");
+    bool row_state = false, element_output = false;
+    for (const Node& n : g_.nodes()) row_state = row_state || is_row_state(n);
+    for (const Output& o : g_.outputs())
+      element_output = element_output || !is_row_state(g_.node(g_.find_input(o.replaces)));
+    if (row_state && gpu_)
+      throw Error(graph + "row state (Role::RowState) is not supported on CUDA targets yet");
+    if (row_state && (whole || !element_output))
+      throw Error(graph + "row state needs a graph without whole-tensor reductions and with at " +
+                  "least one per-element output");
     if (whole && row)
       throw Error(graph + std::string(op_name(whole->op)) + " and " +
                   std::string(op_name(row->op)) +
@@ -119,10 +142,21 @@ class PipelineBuilder {
                   "split the graph (the partitioner does)");
   }
 
-  std::vector<Output> sorted_outputs() const {
-    std::vector<Output> outs = g_.outputs();
-    std::stable_sort(outs.begin(), outs.end(),
-                     [](const Output& a, const Output& b) { return a.replaces < b.replaces; });
+  static bool is_row_state(const Node& n) { return n.op == Op::Input && n.role == Role::RowState; }
+
+  // The outputs in the kernel's order (signature.h), split at the first row-state one.
+  std::vector<Output> element_outputs() const {
+    std::vector<Output> outs = kernel_outputs(g_);
+    outs.erase(std::remove_if(outs.begin(), outs.end(),
+                              [&](const Output& o) {
+                                return is_row_state(g_.node(g_.find_input(o.replaces)));
+                              }),
+               outs.end());
+    return outs;
+  }
+  std::vector<Output> row_outputs_of() const {
+    std::vector<Output> outs = kernel_outputs(g_);
+    outs.erase(outs.begin(), outs.begin() + static_cast<long>(element_outputs().size()));
     return outs;
   }
 
@@ -144,7 +178,7 @@ class PipelineBuilder {
   std::vector<std::string> write_only_output_buffers() const {
     std::vector<std::string> names;
     if (g_.outputs().empty()) return names;
-    const std::vector<Output> outs = sorted_outputs();
+    const std::vector<Output> outs = element_outputs();
     const std::vector<Halide::OutputImageParam> buffers = funcs_.out.output_buffers();
     for (size_t k = 0; k < outs.size(); ++k)
       for (auto [id, slot] : input_slot_)
@@ -168,13 +202,15 @@ class PipelineBuilder {
     for (size_t id = 0; id < g_.nodes().size(); ++id) {
       const Node& n = g_.nodes()[id];
       if (n.op == Op::Input) {
-        inputs_.emplace_back(halide_type(n.dtype), dims, identifier("in", inputs_.size(), n.name));
+        // Row state is 1-D over rows; per-vector code reads its row's value.
+        inputs_.emplace_back(halide_type(n.dtype), is_row_state(n) ? 1 : dims,
+                             identifier("in", inputs_.size(), n.name));
         if (!read[id]) {
           input_slot_.push_back({static_cast<NodeId>(id), -1});  // never loaded
           continue;
         }
         input_slot_.push_back({static_cast<NodeId>(id), static_cast<int>(loads.size())});
-        loads.push_back(inputs_.back()(vars_));
+        loads.push_back(read_input(inputs_.size() - 1));
       } else if (n.op == Op::Scalar) {
         scalars_.emplace_back(halide_type(n.dtype), identifier("s", scalars_.size(), n.name));
         uexpr_[id] = scalars_.back();
@@ -243,11 +279,119 @@ class PipelineBuilder {
     return uexpr_[id] = lower_op(n.op, n.dtype, args, Precision::Exact);
   }
 
+  // Which nodes are the same for a whole row (row_level_), and of those, which are computed from
+  // a row reduction (after_reduction_): those can only be computed after the row's reductions,
+  // the others before them, so the reductions' operands can read them too.
+  void classify_rows() {
+    const size_t count = g_.nodes().size();
+    row_level_.assign(count, false);
+    after_reduction_.assign(count, false);
+    for (size_t id = 0; id < count; ++id) {
+      const Node& n = g_.nodes()[id];
+      if (!n.is_tensor) continue;
+      if (op_has(n.op, kRowReduce)) {
+        row_level_[id] = after_reduction_[id] = true;
+        continue;
+      }
+      if (n.op == Op::Input || n.op == Op::RoundSR) {
+        row_level_[id] = is_row_state(n);
+        continue;
+      }
+      bool row = true, after = false;
+      for (NodeId a : n.args) {
+        if (!g_.node(a).is_tensor) continue;
+        row = row && row_level_[a];
+        after = after || after_reduction_[a];
+      }
+      row_level_[id] = row;
+      after_reduction_[id] = row && after;
+    }
+  }
+
+  // Every maximal row-level subexpression that per-element code uses becomes one element of
+  // row_values[0] (computed at the start of each row, before its reductions) or row_values[1]
+  // (after them): one square root or divide per row instead of one per vector.
+  void make_row_values() {
+    if (!funcs_.per_row) return;
+    classify_rows();
+    std::vector<bool> seen(g_.nodes().size(), false);
+    std::vector<NodeId> stack;
+    auto visit = [&](NodeId id) {
+      if (seen[id]) return;
+      seen[id] = true;
+      stack.push_back(id);
+    };
+    for (const Output& o : element_outputs()) visit(o.value);
+    while (!stack.empty()) {  // every per-element node either stage computes, and their operands
+      const Node& n = g_.node(stack.back());
+      stack.pop_back();
+      for (NodeId a : n.args) {
+        if (!g_.node(a).is_tensor) continue;
+        if (row_level_[a]) {
+          std::vector<NodeId>& ids = row_ids_[after_reduction_[a] ? 1 : 0];
+          if (std::find(ids.begin(), ids.end(), a) == ids.end()) ids.push_back(a);
+          if (op_has(g_.node(a).op, kRowReduce)) visit(g_.node(a).args[0]);
+        } else {
+          visit(a);
+        }
+      }
+    }
+    // In Func order: row_before, then `fresh` (which reads it), then row_after (whose row
+    // reductions read fresh).
+    for (int stage = 0; stage < 2; ++stage) {
+      if (stage == 1) make_fresh();
+      if (row_ids_[stage].empty()) continue;
+      std::vector<Expr> values;
+      for (NodeId id : row_ids_[stage]) values.push_back(tensor(id, kRow));
+      funcs_.row_values[stage] = Func(stage ? "row_after" : "row_before");
+      define(funcs_.row_values[stage], {funcs_.y}, values);
+    }
+  }
+
+  // Graphs with row state (block-quantized state): the values a row reduction reduces (of
+  // row_max(abs(z)), z) that the update uses too, such as a block's new moments, are computed
+  // once per row into `fresh(x, y)`, and both read them there: the update no longer computes
+  // them again after the reduction did. (All of a row's loads then happen before any of its
+  // stores, so in place stays safe.)
+  void make_fresh() {
+    bool row_state = false;
+    for (const Node& n : g_.nodes()) row_state = row_state || is_row_state(n);
+    if (!row_state || gpu_) return;
+    const std::vector<bool> in_main = main_nodes();
+    std::vector<NodeId> shared;
+    for (const Node& n : g_.nodes()) {
+      if (!op_has(n.op, kRowReduce)) continue;
+      NodeId z = n.args[0];
+      if (g_.node(z).op == Op::Abs) z = g_.node(z).args[0];
+      if (g_.node(z).is_tensor && !row_level_[z] && in_main[z] &&
+          std::find(shared.begin(), shared.end(), z) == shared.end())
+        shared.push_back(z);
+    }
+    if (shared.empty()) return;
+    std::vector<Expr> values;
+    for (NodeId z : shared) values.push_back(tensor(z, kPrologue));
+    funcs_.fresh = Func("fresh");
+    define(funcs_.fresh, vars_, values);
+    for (size_t i = 0; i < shared.size(); ++i)
+      texpr_[kMain][shared[i]] = texpr_[kPrologue][shared[i]] =
+          element(funcs_.fresh(vars_), static_cast<int>(i), shared.size());
+  }
+
   // A value as per-element code in context `ctx` sees it.
   Expr operand(NodeId id, Ctx ctx) {
     const Node& n = g_.node(id);
+    // (A reduction's operand may not read row_values[1]: that may depend on the reduction.)
+    const int stage = funcs_.per_row && row_level_[id] && after_reduction_[id] ? 1 : 0;
+    if (n.is_tensor && funcs_.per_row && row_level_[id] &&
+        (ctx == kMain || (ctx == kPrologue && stage == 0))) {
+      const std::vector<NodeId>& ids = row_ids_[stage];
+      auto it = std::find(ids.begin(), ids.end(), id);
+      if (it != ids.end())
+        return element(funcs_.row_values[stage](funcs_.y), static_cast<int>(it - ids.begin()),
+                       ids.size());
+    }
     if (n.is_tensor) return tensor(id, ctx);
-    if (op_has(n.op, kLeaf) || ctx == kPrologue) return uniform(id);
+    if (op_has(n.op, kLeaf) || ctx != kMain) return uniform(id);
     auto it = std::find(uniform_ids_.begin(), uniform_ids_.end(), id);
     if (it == uniform_ids_.end()) internal_error("lower: uniform node without a slot");
     return element(funcs_.uniforms(), static_cast<int>(it - uniform_ids_.begin()),
@@ -260,10 +404,14 @@ class PipelineBuilder {
     const Node& n = g_.node(id);
     if (n.op == Op::Input) {  // only the prologue gets here: make_leaves memoized kMain's loads
       for (size_t i = 0; i < input_slot_.size(); ++i)
-        if (input_slot_[i].first == id) return memo = inputs_[i](vars_);
+        if (input_slot_[i].first == id) return memo = read_input(i);
       internal_error("lower: input node without an ImageParam");
     }
-    if (op_has(n.op, kRowReduce)) return memo = row_reduction(id);
+    if (op_has(n.op, kRowReduce)) {  // one stage per reduction, whichever context asks first
+      for (const auto& other : texpr_)
+        if (other[id].defined()) return memo = other[id];
+      return memo = row_reduction(id);
+    }
     std::vector<Expr> args;
     for (NodeId a : n.args) args.push_back(operand(a, ctx));
     if (n.op == Op::RoundSR) return memo = round_sr_bf16(args[0], args[1], element_index());
@@ -277,16 +425,49 @@ class PipelineBuilder {
     return memo = lower_op(n.op, n.dtype, args, Precision::Fast);
   }
 
+  // Input i at the current element: row state at its row.
+  Expr read_input(size_t i) {
+    return is_row_state(g_.node(input_slot_.at(i).first)) ? inputs_[i](funcs_.y)
+                                                          : inputs_[i](vars_);
+  }
+
   // The element's position in the call: x, or x + y * cols for per-row graphs.
   Expr element_index() const {
     return funcs_.per_row ? Expr(funcs_.x) + Expr(funcs_.y) * cols_ : Expr(funcs_.x);
   }
 
-  // The operand of reduction node `id` as an f64 Func over the pipeline's vars.
+  // The operand of reduction node `id` as a Func over the pipeline's vars: f64 for sums and
+  // means (which round), f32 for maxima and minima of narrower operands on CPU targets (exact in
+  // any float type, and twice the lanes per instruction).
+  //
+  // A row maximum of absolute values (a block's scale) on CPU targets reduces their bits as
+  // u32 (bits_max_abs): for floats without a sign bit the integer order is the float order with
+  // NaN above inf, so one integer max per vector propagates NaN, where the float form needs a
+  // NaN test and a select.
   Func reduction_operand(NodeId id, const std::string& name) {
+    const Node& n = g_.node(id);
+    const bool exact =
+        n.op == Op::RowMax || n.op == Op::RowMin || n.op == Op::ReduceMax || n.op == Op::ReduceMin;
+    // (CPU targets only: the CUDA reductions stay as they were checked, tests/test_cuda_*.)
+    const bool narrow = g_.node(n.args[0]).dtype != DType::F64 && !gpu_;
+    Expr v = Halide::cast(exact && narrow ? Halide::Float(32) : Halide::Float(64),
+                          tensor(n.args[0], kPrologue));
+    if (bits_max_abs(id)) v = Halide::reinterpret(Halide::UInt(32), v);
     Func value(name + "_in");
-    value(vars_) = Halide::cast(Halide::Float(64), tensor(g_.node(id).args[0], kPrologue));
+    value(vars_) = v;
     return value;
+  }
+
+  bool bits_max_abs(NodeId id) const {
+    const Node& n = g_.node(id);
+    // (Rows only: a row is never empty, and an empty whole reduction's max is -inf, not 0.)
+    return !gpu_ && n.op == Op::RowMax && g_.node(n.args[0]).op == Op::Abs &&
+           g_.node(n.args[0]).dtype != DType::F64;
+  }
+
+  // The f32 value a bits_max_abs reduction's result stands for.
+  Expr from_bits(NodeId id, const Expr& reduced) const {
+    return bits_max_abs(id) ? Halide::reinterpret(Halide::Float(32), reduced) : reduced;
   }
 
   Expr whole_reduction(NodeId id) {
@@ -311,7 +492,7 @@ class PipelineBuilder {
         gpu_ ? reduce_rows_gpu(n.op, reduction_operand(id, name), cols_, s_.vector_width,
                                s_.gpu_block, name)
              : reduce_rows(n.op, reduction_operand(id, name), cols_, s_.vector_width, name));
-    Expr v = finish(n.op, funcs_.rows.back().row(funcs_.y), cols_);
+    Expr v = finish(n.op, from_bits(id, funcs_.rows.back().row(funcs_.y)), cols_);
     return Halide::cast(halide_type(n.dtype), v);
   }
 
@@ -331,7 +512,10 @@ class PipelineBuilder {
   bool exact_fma_ = false;
   std::vector<Halide::Var> vars_;  // x, or x, y for per-row graphs
   std::vector<Expr> uexpr_;        // memo by node id
-  std::vector<Expr> texpr_[2];     // memo by context, node id
+  std::vector<Expr> texpr_[3];     // memo by context, node id
+  // Per-row graphs: classify_rows(), and the nodes row_values[0] and [1] compute, by element.
+  std::vector<bool> row_level_, after_reduction_;
+  std::vector<NodeId> row_ids_[2];
   std::vector<Halide::ImageParam> inputs_;
   // i: inputs_[i]'s node and its load slot (-1: not read, not loaded)
   std::vector<std::pair<NodeId, int>> input_slot_;
@@ -357,6 +541,8 @@ Halide::Type halide_type(DType t) {
       return Halide::BFloat(16);
     case DType::Bool:
       return Halide::Bool();
+    case DType::U8:
+      return Halide::UInt(8);
   }
   internal_error("halide_type: bad dtype");
 }

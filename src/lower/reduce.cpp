@@ -30,15 +30,20 @@ Combine combine_of(Op op) {
   }
 }
 
-Expr identity(Combine c) {
-  const Halide::Type f64 = Halide::Float(64);
-  return c == Combine::Sum   ? Halide::Internal::make_zero(f64)
-         : c == Combine::Max ? f64.min()   // -inf
-                             : f64.max();  // +inf
+// The identity of `c` in the type the reduction runs in (f64 sums; maxima and minima in their
+// operand's float type, where they are exact).
+Expr identity(Combine c, const Halide::Type& t) {
+  return c == Combine::Sum   ? Halide::Internal::make_zero(t)
+         : c == Combine::Max ? t.min()   // -inf
+                             : t.max();  // +inf
 }
+
+Halide::Type type_of(const Func& f) { return f.output_types().at(0); }
 
 Expr combine(Combine c, const Expr& acc, const Expr& v) {
   if (c == Combine::Sum) return acc + v;
+  if (!acc.type().is_float())  // the bits of non-negative floats (lower.cpp): NaN is the largest
+    return c == Combine::Min ? Halide::min(acc, v) : Halide::max(acc, v);
   return nan_min_max(c == Combine::Min, acc, v);
 }
 
@@ -47,17 +52,18 @@ Expr combine(Combine c, const Expr& acc, const Expr& v) {
 // (`src` is the identity past the data).
 BlockReduce block_reduce(Combine c, const Func& src, const Expr& steps, int block, int vector_width,
                          const std::string& name) {
+  const Halide::Type ty = type_of(src);
   BlockReduce k{Func(name + "_lanes"), Func(name + "_threads"), Func(name + "_acc"),
                 Func(name + "_blocks"), vector_width};
   Var v("v"), t("t"), b("b");
   Halide::RDom r(0, steps, name + "_r");
-  k.lanes(v, t, b) = identity(c);
+  k.lanes(v, t, b) = identity(c, ty);
   k.lanes(v, t, b) = combine(c, k.lanes(v, t, b), src((r * block + t) * vector_width + v, b));
   Halide::RDom rv(0, vector_width, name + "_rv");
-  k.threads(t, b) = identity(c);
+  k.threads(t, b) = identity(c, ty);
   k.threads(t, b) = combine(c, k.threads(t, b), k.lanes(rv, t, b));
   Halide::RDom rt(0, block, name + "_rt");
-  k.acc(b) = identity(c);
+  k.acc(b) = identity(c, ty);
   k.acc(b) = combine(c, k.acc(b), k.threads(rt, b));
   k.out(b) = k.acc(b);
   return k;
@@ -68,20 +74,21 @@ BlockReduce block_reduce(Combine c, const Func& src, const Expr& steps, int bloc
 WholeReduction reduce_whole(Op op, const Func& value, const Expr& n, const Expr& chunk,
                             int vector_width, const std::string& name) {
   const Combine c = combine_of(op);
+  const Halide::Type ty = type_of(value);
   const Expr vw = vector_width;
   // Vectors per task: a task is `chunk` elements, or the whole (smaller) tensor; so at most one
   // ragged vector per task reads past n, where the bounded value is the identity.
   Expr task_vectors = Halide::max((Halide::min(chunk, n) + vw - 1) / vw, 1);
   Expr tasks = (n + task_vectors * vw - 1) / (task_vectors * vw);
-  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c), {{0, n}});
+  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c, ty), {{0, n}});
 
   WholeReduction r{Func(name + "_lanes"), Func(name + "_total"), n <= chunk, {}};
   Var l("l"), ch("c");
   Halide::RDom k(0, task_vectors, name + "_k");
-  r.lanes(l, ch) = identity(c);
+  r.lanes(l, ch) = identity(c, ty);
   r.lanes(l, ch) = combine(c, r.lanes(l, ch), bounded((ch * task_vectors + k) * vw + l));
   Halide::RDom t(0, vector_width, 0, tasks, name + "_t");
-  r.total() = identity(c);
+  r.total() = identity(c, ty);
   r.total() = combine(c, r.total(), r.lanes(t.x, t.y));
   return r;
 }
@@ -89,30 +96,52 @@ WholeReduction reduce_whole(Op op, const Func& value, const Expr& n, const Expr&
 RowReduction reduce_rows(Op op, const Func& value, const Expr& cols, int vector_width,
                          const std::string& name) {
   const Combine c = combine_of(op);
+  const Halide::Type ty = type_of(value);
   const Expr vw = vector_width;
-  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c),
+  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c, ty),
                                                                {{0, cols}, {Expr(), Expr()}});
   RowReduction r{Func(name + "_lanes"), Func(name + "_row"), {}};
   Var l("l"), y("y");
-  Halide::RDom k(0, (cols + vw - 1) / vw, name + "_k");
-  r.lanes(l, y) = identity(c);
-  r.lanes(l, y) = combine(c, r.lanes(l, y), bounded(k * vw + l, y));
-  Halide::RDom t(0, vector_width, name + "_t");
-  r.row(y) = identity(c);
-  r.row(y) = combine(c, r.row(y), r.lanes(t, y));
+  // The row's whole vectors are read as they are (dense vector loads); only a ragged last vector,
+  // when cols is not a multiple of the vector width, goes through the bounded value (whose
+  // clamped, selected loads Halide cannot vectorize as one load).
+  const Expr full = cols / vw;
+  Halide::RDom k(0, full, name + "_k");
+  Halide::RDom ragged(0, Halide::select(cols % vw != 0, 1, 0), name + "_ragged");
+  r.lanes(l, y) = identity(c, ty);
+  r.lanes(l, y) = combine(c, r.lanes(l, y), value(k * vw + l, y));
+  r.lanes(l, y) = combine(c, r.lanes(l, y), bounded((full + ragged) * vw + l, y));
+  if ((vector_width & (vector_width - 1)) != 0) {  // a width not a power of two: lane by lane
+    Halide::RDom t(0, vector_width, name + "_t");
+    r.row(y) = identity(c, ty);
+    r.row(y) = combine(c, r.row(y), r.lanes(t, y));
+    return r;
+  }
+  // The lanes combined pairwise, half the lanes at each step: log2(width) vector operations a
+  // row where a loop over the lanes made `width` scalar ones (a row of 256 f32 is 8 vectors on
+  // AVX-512: the loop cost as much as the row's reduction itself).
+  Func prev = r.lanes;
+  for (int half = vector_width / 2; half >= 1; half /= 2) {
+    Func next(name + "_half" + std::to_string(half));
+    next(l, y) = combine(c, prev(l, y), prev(l + half, y));
+    r.halves.push_back(next);
+    prev = next;
+  }
+  r.row(y) = prev(0, y);
   return r;
 }
 
 WholeReduction reduce_whole_gpu(Op op, const Func& value, const Expr& n, int vector_width,
                                 int block, const std::string& name) {
   const Combine c = combine_of(op);
+  const Halide::Type ty = type_of(value);
   // Kernel 1: blocks of contiguous ranges, as many as the tensor fills (at most kMaxGpuBlocks:
   // enough to fill any current GPU, few enough for kernel 2), `steps` strides per thread.
   const Expr per_step = block * vector_width;
   Expr strides = (n + per_step - 1) / per_step;  // for one block
   Expr blocks = Halide::clamp(strides, 1, kMaxGpuBlocks);
   Expr steps = (strides + blocks - 1) / blocks;
-  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c), {{0, n}});
+  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c, ty), {{0, n}});
   Var j("j"), b("b");
   Func range(name + "_range");
   range(j, b) = bounded(b * (steps * per_step) + j);
@@ -121,7 +150,7 @@ WholeReduction reduce_whole_gpu(Op op, const Func& value, const Expr& n, int vec
   r.gpu.push_back(block_reduce(c, range, steps, block, vector_width, name));
   // Kernel 2: one block combines the block partials.
   Func partials =
-      Halide::BoundaryConditions::constant_exterior(r.gpu[0].out, identity(c), {{0, blocks}});
+      Halide::BoundaryConditions::constant_exterior(r.gpu[0].out, identity(c, ty), {{0, blocks}});
   Func all(name + "_partials");
   all(j, b) = partials(j);
   r.gpu.push_back(block_reduce(c, all, (blocks + block - 1) / block, block, 1, name + "_final"));
@@ -132,7 +161,8 @@ WholeReduction reduce_whole_gpu(Op op, const Func& value, const Expr& n, int vec
 RowReduction reduce_rows_gpu(Op op, const Func& value, const Expr& cols, int vector_width,
                              int block, const std::string& name) {
   const Combine c = combine_of(op);
-  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c),
+  const Halide::Type ty = type_of(value);
+  Func bounded = Halide::BoundaryConditions::constant_exterior(value, identity(c, ty),
                                                                {{0, cols}, {Expr(), Expr()}});
   RowReduction r{Func(name + "_lanes"), Func(name + "_row"), {}};
   const Expr per_step = block * vector_width;
@@ -160,9 +190,21 @@ void schedule_whole(WholeReduction& r, int vector_width) {
 
 void schedule_rows(RowReduction& r, const Halide::LoopLevel& row_loop, int vector_width) {
   Var l = r.lanes.args()[0];
-  r.lanes.compute_at(row_loop).vectorize(l, vector_width);
-  r.lanes.update().vectorize(l, vector_width);
-  r.row.compute_at(row_loop);
+  // One row per row loop iteration: fixed-size stages, on the stack, where a size known only at
+  // run time was a heap allocation per stage and row (Kernel::run never makes a task of fewer
+  // rows than the loop's, so no row past the end is computed).
+  Var y = r.lanes.args()[1];
+  r.lanes.compute_at(row_loop).vectorize(l, vector_width).bound_extent(y, 1);
+  r.lanes.update(0).vectorize(l, vector_width);
+  r.lanes.update(1).vectorize(l, vector_width);
+  int lanes = vector_width;
+  for (Halide::Func& h : r.halves) {
+    lanes /= 2;
+    Var hl = h.args()[0], hy = h.args()[1];
+    h.compute_at(row_loop).bound(hl, 0, lanes).bound_extent(hy, 1);
+    if (lanes > 1) h.vectorize(hl, lanes);
+  }
+  r.row.compute_at(row_loop).bound_extent(r.row.args()[0], 1);
 }
 
 void schedule_gpu(std::vector<BlockReduce>& kernels) {

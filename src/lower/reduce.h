@@ -40,19 +40,22 @@ struct WholeReduction {
 
 // Per-row reduction of a [rows, cols] view, computed per row inside the element-wise stage's
 // row loop (the row is then read again from cache by the update):
-//   lanes(l, y): row y reduced into `vector_width` lane partials (vectorized over l);
+//   lanes(l, y): row y reduced into `vector_width` lane partials (vectorized over l): its whole
+//                vectors, then a ragged last one;
 //   row(y):      the lanes combined.
+//   halves:      (power-of-two widths) the lanes combined pairwise, half as many at each step.
 struct RowReduction {
   Halide::Func lanes, row;
+  std::vector<Halide::Func> halves;
   std::vector<BlockReduce> gpu;  // CUDA only (reduce_rows_gpu): its kernel
 };
 
-// `value(x)` (f64) over [0, n) reduced with reduction op `op` (reduce_*); mean divides by n.
-// `chunk`: elements per task; `vector_width`: lanes.
+// `value(x)` (f64; f32 for a max or min of a narrower operand) over [0, n) reduced with reduction
+// op `op` (reduce_*); mean divides by n. `chunk`: elements per task; `vector_width`: lanes.
 WholeReduction reduce_whole(Op op, const Halide::Func& value, const Halide::Expr& n,
                             const Halide::Expr& chunk, int vector_width, const std::string& name);
 
-// `value(x, y)` (f64), x over [0, cols), reduced along x for each row y with op `op` (row_*).
+// `value(x, y)` (as above), x over [0, cols), reduced along x for each row y with op `op` (row_*).
 RowReduction reduce_rows(Op op, const Halide::Func& value, const Halide::Expr& cols,
                          int vector_width, const std::string& name);
 
@@ -70,7 +73,7 @@ WholeReduction reduce_whole_gpu(Op op, const Halide::Func& value, const Halide::
 RowReduction reduce_rows_gpu(Op op, const Halide::Func& value, const Halide::Expr& cols,
                              int vector_width, int block, const std::string& name);
 
-// The value the graph sees: `total` or `row(y)` (f64), divided by the count for a mean.
+// The value the graph sees: `total` or `row(y)` (value's type), divided by the count for a mean.
 Halide::Expr finish(Op op, const Halide::Expr& reduced, const Halide::Expr& count);
 
 // CPU schedules: `lanes` root, parallel over chunks and vectorized (one task on the calling

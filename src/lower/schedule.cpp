@@ -88,6 +88,25 @@ void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
       .split(f.y, yo, yi, rows_per_task, TailStrategy::GuardWithIf)
       .parallel(yo);
   for (RowReduction& r : f.rows) schedule_rows(r, Halide::LoopLevel(f.out, yi), s.vector_width);
+  for (Halide::Func& v : f.row_values)
+    if (v.defined()) v.compute_at(f.out, yi).bound_extent(f.y, 1);
+  // One row of it, on the stack (a block of at most kMaxRowStateCols elements).
+  if (f.fresh.defined())
+    f.fresh.compute_at(f.out, yi)
+        .vectorize(f.x, s.vector_width, TailStrategy::GuardWithIf)
+        .bound_storage(f.x, static_cast<int>(kMaxRowStateCols))
+        .bound_storage(f.y, 1);
+  // Row state's new values: the same task split over rows, each row's computed in the update's
+  // row loop (compute_with), so it reads the row reductions computed there once.
+  // Their buffers are constrained to out's rows (Kernel::run passes them so): otherwise the fused
+  // loop's row range is the union of both, and every row stage is allocated on the heap, per row,
+  // at a size known only at run time.
+  if (f.row_out.defined()) {
+    f.row_out.split(f.y, yo, yi, rows_per_task, TailStrategy::GuardWithIf).parallel(yo);
+    f.row_out.compute_with(f.out, yi);
+    // (Only the first buffer of a Tuple may be constrained: the others share its bounds.)
+    f.row_out.output_buffers()[0].dim(0).set_bounds(f.out.output_buffers()[0].dim(1).min(), rows);
+  }
   if (f.load.defined()) f.load.compute_at(f.out, xv);
   // Each row is read from memory by its reductions, then from cache by the update: prefetches
   // in the row loop run ahead into the rest of the row and on into the task's next row.

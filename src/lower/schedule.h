@@ -15,6 +15,13 @@ namespace optfuse::lower {
 // `results` (a graph without results).
 struct PipelineFuncs {
   Halide::Func out, load, uniforms;
+  Halide::Func row_out;  // per-row graphs with row state: row_out(y), its new values
+  // Per-row graphs: the row-level values per-element code reads, computed once per row, before
+  // the row's reductions ([0]) and after them ([1]); either may be undefined.
+  Halide::Func row_values[2];
+  // Graphs with row state: the per-element values both a row reduction and the update read
+  // (lower.cpp, make_fresh), computed per row; rows of at most kMaxRowStateCols elements.
+  Halide::Func fresh;
   Halide::Var x;
   Halide::Expr chunk;  // runtime task size in elements, a multiple of the vector width
   std::vector<Halide::ImageParam> inputs;  // the tensor inputs (handles: constraints apply)

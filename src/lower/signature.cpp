@@ -3,6 +3,22 @@
 #include <algorithm>
 
 namespace optfuse::lower {
+namespace {
+
+bool replaces_row_state(const Graph& g, const Output& o) {
+  return g.node(g.find_input(o.replaces)).role == Role::RowState;
+}
+
+}  // namespace
+
+std::vector<Output> kernel_outputs(const Graph& g) {
+  std::vector<Output> outs = g.outputs();
+  std::stable_sort(outs.begin(), outs.end(), [&](const Output& a, const Output& b) {
+    bool ra = replaces_row_state(g, a), rb = replaces_row_state(g, b);
+    return ra != rb ? rb : a.replaces < b.replaces;
+  });
+  return outs;
+}
 
 KernelSignature signature(const Graph& g) {
   KernelSignature sig;
@@ -10,9 +26,8 @@ KernelSignature signature(const Graph& g) {
     if (n.op == Op::Input) sig.inputs.push_back({n.name, n.role, n.dtype});
     if (n.op == Op::Scalar) sig.scalars.push_back({n.name, n.dtype});
   }
-  for (const Output& o : g.outputs()) sig.outputs.push_back({o.replaces, g.node(o.value).dtype});
-  std::stable_sort(sig.outputs.begin(), sig.outputs.end(),
-                   [](const auto& a, const auto& b) { return a.replaces < b.replaces; });
+  for (const Output& o : kernel_outputs(g))
+    sig.outputs.push_back({o.replaces, g.node(o.value).dtype, replaces_row_state(g, o)});
   for (const Result& r : g.results()) sig.results.push_back({r.name, g.node(r.value).dtype});
   std::stable_sort(sig.results.begin(), sig.results.end(),
                    [](const auto& a, const auto& b) { return a.name < b.name; });

@@ -5,7 +5,12 @@
 namespace optfuse::lower {
 
 // The kernel signature of canonical graph `g`: tensor inputs and scalars in canonical node order
-// (canonicalize() numbers them), outputs sorted by the input they replace.
+// (canonicalize() numbers them), outputs in kernel_outputs() order.
 KernelSignature signature(const Graph& canonical);
+
+// The outputs in the kernel's order: those replacing per-element inputs sorted by the input they
+// replace, then those replacing row state, sorted the same way (the pipeline's `out` and
+// `row_out` Funcs, lower.h).
+std::vector<Output> kernel_outputs(const Graph& g);
 
 }  // namespace optfuse::lower

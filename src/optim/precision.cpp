@@ -111,6 +111,8 @@ class PrecisionRewriter {
       case Role::State:
         if (n.name == kMasterState) internal_error("precision: rule state named 'master'");
         return widened(out_.state(n.name, state_buffer_dtype(n.name, p_)));
+      case Role::RowState:
+        internal_error("precision: rule graph input '" + n.name + "' is row state");
     }
     return out_.add_node(std::move(n));
   }

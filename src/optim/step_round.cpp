@@ -29,6 +29,7 @@ void* input_pointer(const Impl::Tensor& t, const KernelSignature::TensorArg& arg
     case Role::Grad:
       return t.ref.grad.data;
     case Role::State:
+    case Role::RowState:
       return t.inputs[i];
   }
   internal_error("bad role");

@@ -31,6 +31,7 @@ float fill_value(Role role) {
     case Role::Grad:
       return 1e-3f;
     case Role::State:
+    case Role::RowState:
       return 0.01f;
   }
   return 0.0f;

@@ -1,0 +1,138 @@
+// AdamW with 8-bit block-quantized state (src/optim/block_state.h) at the kernel level: one
+// tensor of n f32 params, blocks of 256, both moments as u8 codes plus one f32 absmax per block
+// (4 + 4 + 4 + 2 x 2 + 2 x 2 x 4 / 256 = 16.06 B per element, against 28 B with f32 state).
+//
+// Each timed call of the 8-bit kernel is followed by one of the f32-state kernel and one of a
+// ceiling kernel that moves the 8-bit kernel's bytes with trivial arithmetic (p' = p + g, each
+// code + 1, each scale + 1: the same loads, stores and per-block loop), so all three see the
+// same machine state. Counters: `step_ms` (median 8-bit call), `f32_ms`, `ceiling_ms`,
+// `speedup` = median over triples of f32 time / 8-bit time, `share` = median of ceiling time /
+// 8-bit time, `B_per_elem`, `GBps`.
+//
+// Not yet an optimizer option: docs/int8-state.md says what is left.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/support.h"
+#include "optfuse/optfuse.hpp"
+#include "optim/block_state.h"
+#include "optim/options.h"
+#include "optim/precision.h"
+#include "optim/rule.h"
+
+namespace optfuse::bench {
+namespace {
+
+using optim::BlockMap;
+constexpr int64_t kBlock = 256;
+
+Engine& block_engine() {
+  static Engine e;
+  return e;
+}
+
+// The ceiling: the 8-bit kernel's buffers, each read and written once, per block.
+Graph ceiling_graph() {
+  Graph g("ceiling_q8");
+  g.output("param", g.param("param") + g.grad("grad"));
+  for (const char* s : {"exp_avg", "exp_avg_sq"}) {
+    g.output(s, cast(cast(g.state(s, DType::U8), DType::F32) + 1.0, DType::U8));
+    g.output(optim::block_scale_name(s), g.row_state(optim::block_scale_name(s)) + 1.0);
+  }
+  return g;
+}
+
+// One kernel bound to its buffers (by input name) and scalars.
+struct Bound {
+  std::shared_ptr<const Kernel> kernel;
+  KernelCall call;
+  Bound(std::shared_ptr<const Kernel> k, const std::map<std::string, void*>& buffers,
+        const std::map<std::string, double>& scalars, int64_t n)
+      : kernel(std::move(k)) {
+    for (const auto& in : kernel->signature().inputs) call.inputs.push_back(buffers.at(in.name));
+    for (const auto& s : kernel->signature().scalars) call.scalars.push_back(scalars.at(s.name));
+    for (const auto& o : kernel->signature().outputs)
+      call.outputs.push_back(buffers.at(o.replaces));
+    call.n = n;
+    call.cols = kBlock;
+  }
+  double time() const {
+    auto t0 = Clock::now();
+    kernel->run(call);
+    return seconds_since(t0);
+  }
+};
+
+void BM_BlockState(benchmark::State& state) {
+  const int64_t n = state.range(0), blocks = n / kBlock;
+  try {
+    auto rule = optim::make_rule("adamw");
+    Options h = optim::merge(optim::with_precision_defaults(rule->defaults()), Options::object(),
+                             "adamw", "param group");
+    std::map<std::string, double> scalars;
+    optim::HostState host = rule->initial_host_state();
+    rule->scalars(h, optim::TensorStep{10, false, &host}, &scalars);
+    const Graph f32 = rule->graph(h);
+    const Graph q8 = optim::quantize_state(
+        f32, {{"exp_avg", BlockMap::kSignedLinear}, {"exp_avg_sq", BlockMap::kSqrt}});
+
+    Arrays a(6, n);  // param, grad (8-bit and ceiling share them), f32 param, grad, m, v
+    std::vector<uint8_t> codes(4 * static_cast<size_t>(n), 100);
+    std::vector<float> scales(4 * static_cast<size_t>(blocks), 1e-3f);
+    auto q8_buffers = [&](int k) {
+      return std::map<std::string, void*>{
+          {"param", a[0]},
+          {"grad", a[1]},
+          {"exp_avg", codes.data() + (2 * k) * n},
+          {"exp_avg_sq", codes.data() + (2 * k + 1) * n},
+          {"exp_avg.absmax", scales.data() + (2 * k) * blocks},
+          {"exp_avg_sq.absmax", scales.data() + (2 * k + 1) * blocks}};
+    };
+    Bound quantized(block_engine().kernel(q8), q8_buffers(0), scalars, n);
+    Bound ceiling(block_engine().kernel(ceiling_graph()), q8_buffers(1), scalars, n);
+    Bound full(block_engine().kernel(f32),
+               {{"param", a[2]}, {"grad", a[3]}, {"exp_avg", a[4]}, {"exp_avg_sq", a[5]}}, scalars,
+               n);
+    for (int i = 0; i < 2; ++i) quantized.time(), ceiling.time(), full.time();  // first touch
+    std::vector<double> t_q8, t_f32, t_ceiling, speedups, shares;
+    for (auto _ : state) {
+      const double tq = quantized.time();
+      state.SetIterationTime(tq);
+      const double tf = full.time(), tc = ceiling.time();
+      t_q8.push_back(tq);
+      t_f32.push_back(tf);
+      t_ceiling.push_back(tc);
+      speedups.push_back(tf / tq);
+      shares.push_back(tc / tq);
+    }
+    const double bytes = 16.0 * n + 16.0 * blocks;
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+    state.counters["step_ms"] = median(t_q8) * 1e3;
+    state.counters["f32_ms"] = median(t_f32) * 1e3;
+    state.counters["ceiling_ms"] = median(t_ceiling) * 1e3;
+    state.counters["speedup"] = median(speedups);
+    state.counters["share"] = median(shares);
+    state.counters["B_per_elem"] = bytes / static_cast<double>(n);
+    state.counters["GBps"] = bytes / median(t_q8) / 1e9;
+    state.SetLabel(label(*quantized.kernel));
+  } catch (const std::exception& ex) {
+    state.SkipWithError(ex.what());
+  }
+}
+
+BENCHMARK(BM_BlockState)
+    ->Name("BlockState/adamw/q8")
+    ->RangeMultiplier(4)
+    ->Range(int64_t{1} << 16, int64_t{1} << 26)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace optfuse::bench
+
+BENCHMARK_MAIN();
