@@ -200,12 +200,12 @@ void KernelImpl::run(const KernelCall& call) const {
       signature_.per_row ? std::max<int64_t>(1, kMaxSlice / call.cols) * call.cols : kMaxSlice;
   for (int64_t offset = 0; offset < call.n; offset += step) {
     const int64_t len = std::min(step, call.n - offset);
-    if (!signature_.per_row || call.serial) {
+    if (!signature_.per_row || call.serial || on_device()) {
       run_slice(call, scalars, offset, len);
       continue;
     }
-    // A per-row kernel's tasks are rows_per_task = chunk / cols whole rows (schedule.cpp), and a
-    // task must not be partial: its row stages are fixed at one row each, which a row past the
+    // A per-row CPU kernel's tasks are rows_per_task = chunk / cols whole rows (schedule.cpp), and
+    // a task must not be partial: its row stages are fixed at one row each, which a row past the
     // end would still compute (reading past the buffers). So the rows that fill whole tasks
     // run in one call, and the rest in a second one, as one task of exactly those rows.
     const int64_t chunk = chunk_for(len), rows = len / call.cols;

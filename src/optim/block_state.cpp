@@ -3,6 +3,7 @@
 #include <map>
 
 #include "optfuse/error.h"
+#include "optim/graph_copy.h"
 
 namespace optfuse::optim {
 namespace {
@@ -32,20 +33,12 @@ class BlockStateRewriter {
                     std::string(op_name(n.op)) + " (its blocks are the kernel's rows)");
   }
 
-  Graph run() {
-    std::vector<NodeId> to_out;
-    for (const Node& n : in_.nodes()) to_out.push_back(copy(n, to_out));
-    for (const Output& o : in_.outputs()) store(o, out_.value(to_out[o.value]));
-    return std::move(out_);
-  }
+  Graph run() { return copy_graph(in_, out_, *this); }
 
- private:
-  NodeId copy(Node n, const std::vector<NodeId>& to_out) {
-    auto it = n.op == Op::Input ? maps_.find(n.name) : maps_.end();
-    if (it == maps_.end()) {
-      for (NodeId& a : n.args) a = to_out[a];
-      return out_.add_node(std::move(n));
-    }
+  // copy_graph's steps.
+  NodeId input(Node n) {
+    auto it = maps_.find(n.name);
+    if (it == maps_.end()) return out_.add_node(std::move(n));
     Value code = cast(out_.state(n.name, DType::U8), DType::F32);
     Value absmax = out_.row_state(block_scale_name(n.name));
     if (it->second == BlockMap::kSignedLinear) return ((code - 127.0) * (absmax / 127.0)).id();
@@ -69,6 +62,7 @@ class BlockStateRewriter {
     out_.output(block_scale_name(o.replaces), absmax);
   }
 
+ private:
   const Graph& in_;
   Graph out_;
   std::map<std::string, BlockMap> maps_;

@@ -6,6 +6,7 @@
 
 #include "optfuse/error.h"
 #include "optim/grad_prologue.h"
+#include "optim/graph_copy.h"
 #include "optim/options.h"
 #include "optim/rule.h"
 
@@ -73,14 +74,9 @@ class PrecisionRewriter {
  public:
   PrecisionRewriter(const Graph& in, const Precision& p) : in_(in), p_(p), out_(name(in, p)) {}
 
-  Graph run() {
-    std::vector<NodeId> to_out;
-    for (const Node& n : in_.nodes()) to_out.push_back(copy(n, to_out));
-    for (const Output& o : in_.outputs()) store(o, out_.value(to_out[o.value]));
-    return std::move(out_);
-  }
+  Graph run() { return copy_graph(in_, out_, *this); }
 
- private:
+  // copy_graph's steps.
   static std::string name(const Graph& in, const Precision& p) {
     std::string s = in.name();
     if (p.param != DType::F32)
@@ -91,11 +87,7 @@ class PrecisionRewriter {
     return s;
   }
 
-  NodeId copy(Node n, const std::vector<NodeId>& to_out) {
-    if (n.op != Op::Input) {
-      for (NodeId& a : n.args) a = to_out[a];
-      return out_.add_node(std::move(n));
-    }
+  NodeId input(Node n) {
     if (n.dtype != DType::F32)
       internal_error("precision: rule graph input '" + n.name + "' is not f32");
     switch (n.role) {
@@ -134,6 +126,7 @@ class PrecisionRewriter {
     out_.output(o.replaces, state && p_.state != DType::F32 ? cast(v, p_.state) : v);
   }
 
+ private:
   const Graph& in_;
   const Precision& p_;
   Graph out_;
