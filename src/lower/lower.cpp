@@ -368,6 +368,16 @@ class PipelineBuilder {
         shared.push_back(z);
     }
     if (shared.empty()) return;
+    // Their square roots too (Adam's sqrt(v'), which its encoding and its update both take): the
+    // update's Tuple would compute each once per output.
+    const size_t reduced = shared.size();
+    for (size_t id = 0; id < g_.nodes().size(); ++id) {
+      const Node& n = g_.nodes()[id];
+      if (n.op == Op::Sqrt && in_main[id] &&
+          std::find(shared.begin(), shared.begin() + reduced, n.args[0]) !=
+              shared.begin() + reduced)
+        shared.push_back(static_cast<NodeId>(id));
+    }
     std::vector<Expr> values;
     for (NodeId z : shared) values.push_back(tensor(z, kPrologue));
     funcs_.fresh = Func("fresh");
