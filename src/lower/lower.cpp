@@ -70,6 +70,10 @@ class PipelineBuilder {
     funcs_.per_row = uses_rows(g_);
     vars_ = {funcs_.x};
     if (funcs_.per_row) vars_.push_back(funcs_.y);
+    if (funcs_.per_row) {
+      classify_rows();
+      choose_fresh();
+    }
     make_leaves();
     make_uniforms();
     make_row_values();
@@ -198,7 +202,7 @@ class PipelineBuilder {
   void make_leaves() {
     const int dims = static_cast<int>(vars_.size());
     std::vector<Expr> loads;
-    const std::vector<bool> read = read_inputs();
+    const std::vector<bool> read = fresh_ids_.empty() ? read_inputs() : main_reads();
     for (size_t id = 0; id < g_.nodes().size(); ++id) {
       const Node& n = g_.nodes()[id];
       if (n.op == Op::Input) {
@@ -313,7 +317,6 @@ class PipelineBuilder {
   // (after them): one square root or divide per row instead of one per vector.
   void make_row_values() {
     if (!funcs_.per_row) return;
-    classify_rows();
     std::vector<bool> seen(g_.nodes().size(), false);
     std::vector<NodeId> stack;
     auto visit = [&](NodeId id) {
@@ -349,42 +352,64 @@ class PipelineBuilder {
   }
 
   // Graphs with row state (block-quantized state): the values a row reduction reduces (of
-  // row_max(abs(z)), z) that the update uses too, such as a block's new moments, are computed
+  // row_max(abs(z)), z) that the update uses too, such as a block's new moments, and their
+  // square roots (Adam's sqrt(v'), which its encoding and its update both take) are computed
   // once per row into `fresh(x, y)`, and both read them there: the update no longer computes
   // them again after the reduction did. (All of a row's loads then happen before any of its
-  // stores, so in place stays safe.)
-  void make_fresh() {
+  // stores, so in place stays safe.) Decided before the leaves are made, since the update then
+  // loads only what it still reads (main_reads).
+  void choose_fresh() {
     bool row_state = false;
     for (const Node& n : g_.nodes()) row_state = row_state || is_row_state(n);
     if (!row_state || gpu_) return;
     const std::vector<bool> in_main = main_nodes();
-    std::vector<NodeId> shared;
     for (const Node& n : g_.nodes()) {
       if (!op_has(n.op, kRowReduce)) continue;
       NodeId z = n.args[0];
       if (g_.node(z).op == Op::Abs) z = g_.node(z).args[0];
       if (g_.node(z).is_tensor && !row_level_[z] && in_main[z] &&
-          std::find(shared.begin(), shared.end(), z) == shared.end())
-        shared.push_back(z);
+          std::find(fresh_ids_.begin(), fresh_ids_.end(), z) == fresh_ids_.end())
+        fresh_ids_.push_back(z);
     }
-    if (shared.empty()) return;
-    // Their square roots too (Adam's sqrt(v'), which its encoding and its update both take): the
-    // update's Tuple would compute each once per output.
-    const size_t reduced = shared.size();
+    const size_t reduced = fresh_ids_.size();
     for (size_t id = 0; id < g_.nodes().size(); ++id) {
       const Node& n = g_.nodes()[id];
-      if (n.op == Op::Sqrt && in_main[id] &&
-          std::find(shared.begin(), shared.begin() + reduced, n.args[0]) !=
-              shared.begin() + reduced)
-        shared.push_back(static_cast<NodeId>(id));
+      auto end = fresh_ids_.begin() + static_cast<long>(reduced);
+      if (n.op == Op::Sqrt && in_main[id] && std::find(fresh_ids_.begin(), end, n.args[0]) != end)
+        fresh_ids_.push_back(static_cast<NodeId>(id));
     }
+  }
+
+  void make_fresh() {
+    if (fresh_ids_.empty()) return;
     std::vector<Expr> values;
-    for (NodeId z : shared) values.push_back(tensor(z, kPrologue));
+    for (NodeId z : fresh_ids_) values.push_back(tensor(z, kPrologue));
     funcs_.fresh = Func("fresh");
     define(funcs_.fresh, vars_, values);
-    for (size_t i = 0; i < shared.size(); ++i)
-      texpr_[kMain][shared[i]] = texpr_[kPrologue][shared[i]] =
-          element(funcs_.fresh(vars_), static_cast<int>(i), shared.size());
+    for (size_t i = 0; i < fresh_ids_.size(); ++i)
+      texpr_[kMain][fresh_ids_[i]] = texpr_[kPrologue][fresh_ids_[i]] =
+          element(funcs_.fresh(vars_), static_cast<int>(i), fresh_ids_.size());
+  }
+
+  // With `fresh`: the inputs the update itself still loads, those it reaches from its outputs
+  // without going through a fresh or row-level value (which read the inputs themselves).
+  std::vector<bool> main_reads() const {
+    std::vector<bool> read(g_.nodes().size(), false), seen(g_.nodes().size(), false);
+    std::vector<NodeId> stack;
+    for (const Output& o : element_outputs()) stack.push_back(o.value);
+    while (!stack.empty()) {
+      NodeId id = stack.back();
+      stack.pop_back();
+      if (seen[id]) continue;
+      seen[id] = true;
+      const Node& n = g_.node(id);
+      if (n.op == Op::Input) read[id] = true;
+      const bool elsewhere =
+          row_level_[id] || std::find(fresh_ids_.begin(), fresh_ids_.end(), id) != fresh_ids_.end();
+      if (elsewhere || !n.is_tensor) continue;
+      for (NodeId a : n.args) stack.push_back(a);
+    }
+    return read;
   }
 
   // A value as per-element code in context `ctx` sees it.
@@ -526,6 +551,7 @@ class PipelineBuilder {
   // Per-row graphs: classify_rows(), and the nodes row_values[0] and [1] compute, by element.
   std::vector<bool> row_level_, after_reduction_;
   std::vector<NodeId> row_ids_[2];
+  std::vector<NodeId> fresh_ids_;  // choose_fresh(): the nodes `fresh` computes, by element
   std::vector<Halide::ImageParam> inputs_;
   // i: inputs_[i]'s node and its load slot (-1: not read, not loaded)
   std::vector<std::pair<NodeId, int>> input_slot_;
