@@ -10,7 +10,7 @@
 namespace optfuse {
 
 // The longest row (KernelCall::cols) a kernel with row state takes: a block of block-quantized
-// state lives on the stack while it is updated (src/lower/lower.cpp, make_fresh).
+// state lives on the stack while it is updated (src/lower/row_plan.h, RowPlan::fresh).
 constexpr int64_t kMaxRowStateCols = 4096;
 
 // Everything a caller needs to know to call a compiled kernel.

@@ -11,6 +11,7 @@
 #include "lower/lower_ops.h"
 #include "lower/prefetch.h"
 #include "lower/reduce.h"
+#include "lower/row_plan.h"
 #include "lower/schedule.h"
 #include "lower/signature.h"
 #include "optfuse/error.h"
@@ -70,10 +71,7 @@ class PipelineBuilder {
     funcs_.per_row = uses_rows(g_);
     vars_ = {funcs_.x};
     if (funcs_.per_row) vars_.push_back(funcs_.y);
-    if (funcs_.per_row) {
-      classify_rows();
-      choose_fresh();
-    }
+    if (funcs_.per_row) rows_ = plan_rows(g_, gpu_);
     make_leaves();
     make_uniforms();
     make_row_values();
@@ -93,8 +91,8 @@ class PipelineBuilder {
     // schedule fuses into `out`'s row loop. Their values are per-row, so they read row state and
     // row reductions directly (the prologue's context), not through the per-vector `load`.
     std::vector<Expr> outputs, row_outputs;
-    for (const Output& o : element_outputs()) outputs.push_back(operand(o.value, kMain));
-    for (const Output& o : row_outputs_of()) row_outputs.push_back(operand(o.value, kRow));
+    for (const Output& o : element_outputs(g_)) outputs.push_back(operand(o.value, kMain));
+    for (const Output& o : row_state_outputs(g_)) row_outputs.push_back(operand(o.value, kRow));
     if (!outputs.empty()) {
       define(funcs_.out, vars_, outputs);
       pipeline_outputs.push_back(funcs_.out);
@@ -146,24 +144,6 @@ class PipelineBuilder {
                   "split the graph (the partitioner does)");
   }
 
-  static bool is_row_state(const Node& n) { return n.op == Op::Input && n.role == Role::RowState; }
-
-  // The outputs in the kernel's order (signature.h), split at the first row-state one.
-  std::vector<Output> element_outputs() const {
-    std::vector<Output> outs = kernel_outputs(g_);
-    outs.erase(std::remove_if(outs.begin(), outs.end(),
-                              [&](const Output& o) {
-                                return is_row_state(g_.node(g_.find_input(o.replaces)));
-                              }),
-               outs.end());
-    return outs;
-  }
-  std::vector<Output> row_outputs_of() const {
-    std::vector<Output> outs = kernel_outputs(g_);
-    outs.erase(outs.begin(), outs.begin() + static_cast<long>(element_outputs().size()));
-    return outs;
-  }
-
   // Inputs some node, output or result reads. An input only written (a bf16 param whose update
   // is computed from its f32 master copy) keeps its ImageParam, which the output then
   // overwrites, but is never loaded: no bytes are read for it.
@@ -182,7 +162,7 @@ class PipelineBuilder {
   std::vector<std::string> write_only_output_buffers() const {
     std::vector<std::string> names;
     if (g_.outputs().empty()) return names;
-    const std::vector<Output> outs = element_outputs();
+    const std::vector<Output> outs = element_outputs(g_);
     const std::vector<Halide::OutputImageParam> buffers = funcs_.out.output_buffers();
     for (size_t k = 0; k < outs.size(); ++k)
       for (auto [id, slot] : input_slot_)
@@ -202,7 +182,8 @@ class PipelineBuilder {
   void make_leaves() {
     const int dims = static_cast<int>(vars_.size());
     std::vector<Expr> loads;
-    const std::vector<bool> read = fresh_ids_.empty() ? read_inputs() : main_reads();
+    // With `fresh`, the update loads only what it still reads itself (row_plan.h).
+    const std::vector<bool> read = rows_.fresh.empty() ? read_inputs() : rows_.update_reads;
     for (size_t id = 0; id < g_.nodes().size(); ++id) {
       const Node& n = g_.nodes()[id];
       if (n.op == Op::Input) {
@@ -229,29 +210,11 @@ class PipelineBuilder {
       if (slot >= 0) texpr_[kMain][id] = element(funcs_.load(vars_), slot, loads.size());
   }
 
-  // The nodes the element-wise stage computes per element: everything the outputs reach, except
-  // what only feeds reductions (their operands are computed by the prologue stages).
-  std::vector<bool> main_nodes() const {
-    std::vector<bool> in_main(g_.nodes().size(), false);
-    std::vector<NodeId> stack;
-    for (const Output& o : g_.outputs()) stack.push_back(o.value);
-    while (!stack.empty()) {
-      NodeId id = stack.back();
-      stack.pop_back();
-      if (in_main[id]) continue;
-      in_main[id] = true;
-      const Node& n = g_.node(id);
-      if (op_has(n.op, kReduce | kRowReduce)) continue;
-      for (NodeId a : n.args) stack.push_back(a);
-    }
-    return in_main;
-  }
-
   // Every maximal scalar-only subexpression that the element-wise stage uses (an operand of a
   // per-element node, or an output) becomes one element of the 0-D uniforms Func, computed once
   // per call.
   void make_uniforms() {
-    std::vector<bool> in_main = main_nodes();
+    std::vector<bool> in_main = main_nodes(g_);
     auto wants_slot = [&](NodeId id) {
       const Node& n = g_.node(id);
       return !n.is_tensor && !op_has(n.op, kLeaf) &&
@@ -283,143 +246,46 @@ class PipelineBuilder {
     return uexpr_[id] = lower_op(n.op, n.dtype, args, Precision::Exact);
   }
 
-  // Which nodes are the same for a whole row (row_level_), and of those, which are computed from
-  // a row reduction (after_reduction_): those can only be computed after the row's reductions,
-  // the others before them, so the reductions' operands can read them too.
-  void classify_rows() {
-    const size_t count = g_.nodes().size();
-    row_level_.assign(count, false);
-    after_reduction_.assign(count, false);
-    for (size_t id = 0; id < count; ++id) {
-      const Node& n = g_.nodes()[id];
-      if (!n.is_tensor) continue;
-      if (op_has(n.op, kRowReduce)) {
-        row_level_[id] = after_reduction_[id] = true;
-        continue;
-      }
-      if (n.op == Op::Input || n.op == Op::RoundSR) {
-        row_level_[id] = is_row_state(n);
-        continue;
-      }
-      bool row = true, after = false;
-      for (NodeId a : n.args) {
-        if (!g_.node(a).is_tensor) continue;
-        row = row && row_level_[a];
-        after = after || after_reduction_[a];
-      }
-      row_level_[id] = row;
-      after_reduction_[id] = row && after;
-    }
-  }
-
-  // Every maximal row-level subexpression that per-element code uses becomes one element of
-  // row_values[0] (computed at the start of each row, before its reductions) or row_values[1]
-  // (after them): one square root or divide per row instead of one per vector.
+  // The row-level values per-element code uses (row_plan.h) as the Funcs row_values[0] (computed
+  // at the start of each row, before its reductions) and row_values[1] (after them): one square
+  // root or divide per row instead of one per vector.
   void make_row_values() {
     if (!funcs_.per_row) return;
-    std::vector<bool> seen(g_.nodes().size(), false);
-    std::vector<NodeId> stack;
-    auto visit = [&](NodeId id) {
-      if (seen[id]) return;
-      seen[id] = true;
-      stack.push_back(id);
-    };
-    for (const Output& o : element_outputs()) visit(o.value);
-    while (!stack.empty()) {  // every per-element node either stage computes, and their operands
-      const Node& n = g_.node(stack.back());
-      stack.pop_back();
-      for (NodeId a : n.args) {
-        if (!g_.node(a).is_tensor) continue;
-        if (row_level_[a]) {
-          std::vector<NodeId>& ids = row_ids_[after_reduction_[a] ? 1 : 0];
-          if (std::find(ids.begin(), ids.end(), a) == ids.end()) ids.push_back(a);
-          if (op_has(g_.node(a).op, kRowReduce)) visit(g_.node(a).args[0]);
-        } else {
-          visit(a);
-        }
-      }
-    }
     // In Func order: row_before, then `fresh` (which reads it), then row_after (whose row
     // reductions read fresh).
     for (int stage = 0; stage < 2; ++stage) {
       if (stage == 1) make_fresh();
-      if (row_ids_[stage].empty()) continue;
+      if (rows_.row_values[stage].empty()) continue;
       std::vector<Expr> values;
-      for (NodeId id : row_ids_[stage]) values.push_back(tensor(id, kRow));
+      for (NodeId id : rows_.row_values[stage]) values.push_back(tensor(id, kRow));
       funcs_.row_values[stage] = Func(stage ? "row_after" : "row_before");
       define(funcs_.row_values[stage], {funcs_.y}, values);
     }
   }
 
-  // Graphs with row state (block-quantized state): the values a row reduction reduces (of
-  // row_max(abs(z)), z) that the update uses too, such as a block's new moments, and their
-  // square roots (Adam's sqrt(v'), which its encoding and its update both take) are computed
-  // once per row into `fresh(x, y)`, and both read them there: the update no longer computes
-  // them again after the reduction did. (All of a row's loads then happen before any of its
-  // stores, so in place stays safe.) Decided before the leaves are made, since the update then
-  // loads only what it still reads (main_reads).
-  void choose_fresh() {
-    bool row_state = false;
-    for (const Node& n : g_.nodes()) row_state = row_state || is_row_state(n);
-    if (!row_state || gpu_) return;
-    const std::vector<bool> in_main = main_nodes();
-    for (const Node& n : g_.nodes()) {
-      if (!op_has(n.op, kRowReduce)) continue;
-      NodeId z = n.args[0];
-      if (g_.node(z).op == Op::Abs) z = g_.node(z).args[0];
-      if (g_.node(z).is_tensor && !row_level_[z] && in_main[z] &&
-          std::find(fresh_ids_.begin(), fresh_ids_.end(), z) == fresh_ids_.end())
-        fresh_ids_.push_back(z);
-    }
-    const size_t reduced = fresh_ids_.size();
-    for (size_t id = 0; id < g_.nodes().size(); ++id) {
-      const Node& n = g_.nodes()[id];
-      auto end = fresh_ids_.begin() + static_cast<long>(reduced);
-      if (n.op == Op::Sqrt && in_main[id] && std::find(fresh_ids_.begin(), end, n.args[0]) != end)
-        fresh_ids_.push_back(static_cast<NodeId>(id));
-    }
-  }
-
+  // Graphs with row state: `fresh(x, y)`, a row of the values both a row reduction and the
+  // update read (row_plan.h), which both then read there. (All of a row's loads happen before
+  // any of its stores, so in place stays safe.)
   void make_fresh() {
-    if (fresh_ids_.empty()) return;
+    const std::vector<NodeId>& ids = rows_.fresh;
+    if (ids.empty()) return;
     std::vector<Expr> values;
-    for (NodeId z : fresh_ids_) values.push_back(tensor(z, kPrologue));
+    for (NodeId z : ids) values.push_back(tensor(z, kPrologue));
     funcs_.fresh = Func("fresh");
     define(funcs_.fresh, vars_, values);
-    for (size_t i = 0; i < fresh_ids_.size(); ++i)
-      texpr_[kMain][fresh_ids_[i]] = texpr_[kPrologue][fresh_ids_[i]] =
-          element(funcs_.fresh(vars_), static_cast<int>(i), fresh_ids_.size());
-  }
-
-  // With `fresh`: the inputs the update itself still loads, those it reaches from its outputs
-  // without going through a fresh or row-level value (which read the inputs themselves).
-  std::vector<bool> main_reads() const {
-    std::vector<bool> read(g_.nodes().size(), false), seen(g_.nodes().size(), false);
-    std::vector<NodeId> stack;
-    for (const Output& o : element_outputs()) stack.push_back(o.value);
-    while (!stack.empty()) {
-      NodeId id = stack.back();
-      stack.pop_back();
-      if (seen[id]) continue;
-      seen[id] = true;
-      const Node& n = g_.node(id);
-      if (n.op == Op::Input) read[id] = true;
-      const bool elsewhere =
-          row_level_[id] || std::find(fresh_ids_.begin(), fresh_ids_.end(), id) != fresh_ids_.end();
-      if (elsewhere || !n.is_tensor) continue;
-      for (NodeId a : n.args) stack.push_back(a);
-    }
-    return read;
+    for (size_t i = 0; i < ids.size(); ++i)
+      texpr_[kMain][ids[i]] = texpr_[kPrologue][ids[i]] =
+          element(funcs_.fresh(vars_), static_cast<int>(i), ids.size());
   }
 
   // A value as per-element code in context `ctx` sees it.
   Expr operand(NodeId id, Ctx ctx) {
     const Node& n = g_.node(id);
     // (A reduction's operand may not read row_values[1]: that may depend on the reduction.)
-    const int stage = funcs_.per_row && row_level_[id] && after_reduction_[id] ? 1 : 0;
-    if (n.is_tensor && funcs_.per_row && row_level_[id] &&
-        (ctx == kMain || (ctx == kPrologue && stage == 0))) {
-      const std::vector<NodeId>& ids = row_ids_[stage];
+    const bool row_level = funcs_.per_row && rows_.row_level[id];
+    const int stage = row_level && rows_.after_reduction[id] ? 1 : 0;
+    if (n.is_tensor && row_level && (ctx == kMain || (ctx == kPrologue && stage == 0))) {
+      const std::vector<NodeId>& ids = rows_.row_values[stage];
       auto it = std::find(ids.begin(), ids.end(), id);
       if (it != ids.end())
         return element(funcs_.row_values[stage](funcs_.y), static_cast<int>(it - ids.begin()),
@@ -548,10 +414,7 @@ class PipelineBuilder {
   std::vector<Halide::Var> vars_;  // x, or x, y for per-row graphs
   std::vector<Expr> uexpr_;        // memo by node id
   std::vector<Expr> texpr_[3];     // memo by context, node id
-  // Per-row graphs: classify_rows(), and the nodes row_values[0] and [1] compute, by element.
-  std::vector<bool> row_level_, after_reduction_;
-  std::vector<NodeId> row_ids_[2];
-  std::vector<NodeId> fresh_ids_;  // choose_fresh(): the nodes `fresh` computes, by element
+  RowPlan rows_;                   // per-row graphs: what is computed once per row (row_plan.h)
   std::vector<Halide::ImageParam> inputs_;
   // i: inputs_[i]'s node and its load slot (-1: not read, not loaded)
   std::vector<std::pair<NodeId, int>> input_slot_;

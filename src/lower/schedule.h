@@ -20,7 +20,7 @@ struct PipelineFuncs {
   // the row's reductions ([0]) and after them ([1]); either may be undefined.
   Halide::Func row_values[2];
   // Graphs with row state: the per-element values both a row reduction and the update read
-  // (lower.cpp, make_fresh), computed per row; rows of at most kMaxRowStateCols elements.
+  // (row_plan.h, RowPlan::fresh), computed per row; rows of at most kMaxRowStateCols elements.
   Halide::Func fresh;
   Halide::Var x;
   Halide::Expr chunk;  // runtime task size in elements, a multiple of the vector width
