@@ -39,7 +39,8 @@ struct KernelSignature {
   // state (Role::RowState), sorted the same way.
   std::vector<OutputArg> outputs;
   std::vector<ResultArg> results;  // sorted by name
-  // The graph has per-row reductions (row_sum, row_mean, ...): calls give KernelCall::cols.
+  // The graph has per-row reductions (row_sum, row_mean, ...) or row state: calls give
+  // KernelCall::cols.
   bool per_row = false;
   // The graph has whole-tensor reductions (reduce_sum, ...): one call reduces at most 2^30
   // elements (Halide's int32 extents; longer calls of other kernels run in slices).
