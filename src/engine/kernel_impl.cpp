@@ -100,11 +100,13 @@ void check_call_arguments(const KernelSignature& sig, const std::string& kernel,
     throw Error("kernel \"" + kernel + "\" has " + std::to_string(sig.results.size()) +
                 " results (first \"" + sig.results[0].name +
                 "\"): the call needs KernelCall::results");
-  for (const auto& in : sig.inputs)
-    if (in.role == Role::RowState && call.cols > kMaxRowStateCols)
-      throw Error("kernel \"" + kernel + "\" has row state (\"" + in.name +
-                  "\"): KernelCall::cols must be at most " + std::to_string(kMaxRowStateCols) +
-                  ", got " + std::to_string(call.cols));
+  // (Row state makes a kernel per-row: other kernels' calls skip the loop.)
+  if (sig.per_row && call.cols > kMaxRowStateCols)
+    for (const auto& in : sig.inputs)
+      if (in.role == Role::RowState)
+        throw Error("kernel \"" + kernel + "\" has row state (\"" + in.name +
+                    "\"): KernelCall::cols must be at most " + std::to_string(kMaxRowStateCols) +
+                    ", got " + std::to_string(call.cols));
   if (sig.per_row && (call.cols <= 0 || call.cols > INT32_MAX || call.n % call.cols != 0))
     throw Error(
         "kernel \"" + kernel + "\" reduces per row: KernelCall::cols must be in [1, 2^31) " +
