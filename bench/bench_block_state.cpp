@@ -9,7 +9,9 @@
 // `speedup` = median over triples of f32 time / 8-bit time, `share` = median of ceiling time /
 // 8-bit time, `B_per_elem`, `GBps`.
 //
-// Not yet an optimizer option: docs/int8-state.md says what is left.
+// BlockState/adamw/step: the same through Optimizer::step() ("state_dtype": "int8" against the
+// default f32 state, each a tensor of n elements), with the same ceiling kernel: what a user's
+// step takes, slices on the worker threads and the tensor's last partial block included.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -124,6 +126,67 @@ void BM_BlockState(benchmark::State& state) {
     state.SkipWithError(ex.what());
   }
 }
+
+void BM_BlockStateStep(benchmark::State& state) {
+  const int64_t n = state.range(0), blocks = n / kBlock;
+  try {
+    Arrays a(6, n);  // each optimizer's param and grad, the ceiling's
+    auto make = [&](float* p, float* g, Options group) {
+      auto opt = Optimizer::create(block_engine(), {{"type", "adamw"}});
+      opt->add_param_group({{{p, n}, {g, n}, "w"}}, std::move(group));
+      return opt;
+    };
+    auto q8 = make(a[0], a[1], {{"state_dtype", "int8"}, {"block_size", kBlock}});
+    auto f32 = make(a[2], a[3], Options::object());
+    std::vector<uint8_t> codes(2 * static_cast<size_t>(n), 100);
+    std::vector<float> scales(2 * static_cast<size_t>(blocks), 1e-3f);
+    Bound ceiling(block_engine().kernel(ceiling_graph()),
+                  {{"param", a[4]},
+                   {"grad", a[5]},
+                   {"exp_avg", codes.data()},
+                   {"exp_avg_sq", codes.data() + n},
+                   {"exp_avg.absmax", scales.data()},
+                   {"exp_avg_sq.absmax", scales.data() + blocks}},
+                  {}, n);
+    for (int i = 0; i < 3; ++i) q8->step(), f32->step(), ceiling.time();  // compile, state
+    auto timed = [](Optimizer& o) {
+      auto t0 = Clock::now();
+      o.step();
+      return seconds_since(t0);
+    };
+    std::vector<double> t_q8, t_f32, t_ceiling, speedups, shares;
+    for (auto _ : state) {
+      const double tq = timed(*q8);
+      state.SetIterationTime(tq);
+      const double tf = timed(*f32), tc = ceiling.time();
+      t_q8.push_back(tq);
+      t_f32.push_back(tf);
+      t_ceiling.push_back(tc);
+      speedups.push_back(tf / tq);
+      shares.push_back(tc / tq);
+    }
+    const double bytes = static_cast<double>(q8->bytes_per_step());
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+    state.counters["step_ms"] = median(t_q8) * 1e3;
+    state.counters["f32_ms"] = median(t_f32) * 1e3;
+    state.counters["ceiling_ms"] = median(t_ceiling) * 1e3;
+    state.counters["speedup"] = median(speedups);
+    state.counters["share"] = median(shares);
+    state.counters["B_per_elem"] = bytes / static_cast<double>(n);
+    state.counters["GBps"] = bytes / median(t_q8) / 1e9;
+    auto uses = q8->kernel_uses();
+    state.SetLabel(uses.empty() ? "" : uses[0].name + " " + uses[0].key.substr(0, 16));
+  } catch (const std::exception& ex) {
+    state.SkipWithError(ex.what());
+  }
+}
+
+BENCHMARK(BM_BlockStateStep)
+    ->Name("BlockState/adamw/step")
+    ->RangeMultiplier(4)
+    ->Range(int64_t{1} << 16, int64_t{1} << 26)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_BlockState)
     ->Name("BlockState/adamw/q8")

@@ -88,10 +88,10 @@ TEST(GroupPlan, SameGraphExactlyWhenTheStructureIsUnchanged) {
   Recipe x("adam", {});
   auto plan = optim::plan_group(engine, x.r, 1);
   EXPECT_EQ(plan->epoch, 1u);
-  EXPECT_TRUE(plan->has_state("exp_avg_sq"));
-  EXPECT_FALSE(plan->has_state("max_exp_avg_sq"));
-  ASSERT_EQ(plan->output_input.size(), plan->kernel->signature().outputs.size());
-  EXPECT_EQ(plan->key_slot, -1);
+  EXPECT_TRUE(plan->dense.has_state("exp_avg_sq"));
+  EXPECT_FALSE(plan->dense.has_state("max_exp_avg_sq"));
+  ASSERT_EQ(plan->dense.output_input.size(), plan->dense.kernel->signature().outputs.size());
+  EXPECT_EQ(plan->dense.key_slot, -1);
 
   auto with = [&](const Options& change) {
     GraphRecipe r = x.r;

@@ -595,7 +595,7 @@ TEST(MixedPrecisionErrors, DtypeMismatchesAndBadOptionsAreRejectedAndChangeNothi
   EXPECT_THAT(error_of([&] {
                 opt->add_param_group({{P16, G}}, {{"state_dtype", "f16"}});
               }),
-              HasSubstr("option 'state_dtype' must be \"f32\" or \"bf16\", got \"f16\""));
+              HasSubstr("option 'state_dtype' must be \"f32\", \"bf16\" or \"int8\", got \"f16\""));
   EXPECT_THAT(error_of([&] {
                 opt->add_param_group({{P16, G}}, {{"rounding_seed", -1}});
               }),

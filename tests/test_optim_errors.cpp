@@ -262,7 +262,8 @@ TEST(OptimizerErrors, NamesAndValuesThatAreNotUtf8AreErrors) {
       error_of([] {
         make({{"type", "adam"}, {"state_dtype", "bf\xff"}});
       }),
-      HasSubstr("option 'state_dtype' must be \"f32\" or \"bf16\", got \"bf\xef\xbf\xbd\""));
+      HasSubstr(
+          "option 'state_dtype' must be \"f32\", \"bf16\" or \"int8\", got \"bf\xef\xbf\xbd\""));
   EXPECT_THAT(error_of([] { make(Options::array({"\xff"})); }),
               HasSubstr("must be a JSON object, got [\"\xef\xbf\xbd\"]"));
   Buf a(4), b(4);

@@ -124,7 +124,9 @@ json explain_spec(const ModelSpec& spec, const Engine& engine, const ExplainOpti
                            {"schedule", s.str()}});
       }
       const std::string key = engine.kernel_key(gg.graph);
-      const std::string where = "param_groups[" + std::to_string(gi) + "]";
+      // (A group may run two graphs: gradient-centralized or 8-bit state for some tensors.)
+      const std::string where =
+          "param_groups[" + std::to_string(gi) + "] graph \"" + gg.graph.name() + "\"";
       auto [it, fresh] = seen.emplace(key, where);
       if (fresh) graphs[where] = analyse(gg.graph, engine, o.stmt);
       const ModelSpec::Param& first = spec.params[gg.params.at(0)];
@@ -144,8 +146,9 @@ json explain_spec(const ModelSpec& spec, const Engine& engine, const ExplainOpti
 
 void print_spec(const json& j, const Engine& engine) {
   for (const json& g : j["param_groups"]) {
-    const std::string where = "param_groups[" + std::to_string(g["group"].get<size_t>()) + "]";
-    std::cout << "=== " << where << " (" << g["params"] << " of " << g["group_params"]
+    const std::string group = "param_groups[" + std::to_string(g["group"].get<size_t>()) + "]";
+    const std::string where = group + " graph \"" + g["graph"].get<std::string>() + "\"";
+    std::cout << "=== " << group << " (" << g["params"] << " of " << g["group_params"]
               << " params): graph \"" << g["graph"].get<std::string>() << "\" ("
               << g["param_dtype"].get<std::string>() << " params, "
               << g["grad_dtype"].get<std::string>() << " grads)\n";

@@ -135,21 +135,23 @@ std::vector<GroupGraph> group_graphs(const ModelSpec& spec, size_t gi) {
                     std::string(dtype_name(first.grad_dtype)) +
                     "); one group has one param dtype and one grad dtype: put it in another group");
     }
-    auto graph = [&](const Options& overrides) {
-      return update_graph(spec.optimizer, overrides, first.dtype, first.grad_dtype);
-    };
-    bool gc = g.overrides.value("grad_centralization",
-                                spec.optimizer.value("grad_centralization", false));
-    if (!gc) return {{graph(g.overrides), g.params}};
-    Options plain = g.overrides;
-    plain["grad_centralization"] = false;
-    GroupGraph centralized{graph(g.overrides), {}};
-    GroupGraph rest{graph(plain), {}};
-    for (size_t pi : g.params)
-      (spec.params[pi].shape.size() >= 2 ? centralized : rest).params.push_back(pi);
+    // Each param's graph, as Optimizer::step binds them: with "grad_centralization", the
+    // centralized graph for params with >= 2 dims and the plain one for the others; with
+    // "state_dtype": "int8", the 8-bit graph for params of at least min_8bit_size elements.
+    // Params whose graphs print the same share one entry.
+    const bool gc = g.overrides.value("grad_centralization",
+                                      spec.optimizer.value("grad_centralization", false));
     std::vector<GroupGraph> out;
-    for (GroupGraph* gg : {&centralized, &rest})
-      if (!gg->params.empty()) out.push_back(std::move(*gg));
+    std::map<std::string, size_t> index;
+    for (size_t pi : g.params) {
+      const ModelSpec::Param& p = spec.params[pi];
+      Options overrides = g.overrides;
+      if (gc && p.shape.size() < 2) overrides["grad_centralization"] = false;
+      Graph graph = update_graph(spec.optimizer, overrides, first.dtype, first.grad_dtype, p.numel);
+      auto [it, fresh] = index.emplace(print(graph), out.size());
+      if (fresh) out.push_back({std::move(graph), {}});
+      out[it->second].params.push_back(pi);
+    }
     return out;
   } catch (const Error& e) {
     throw Error(spec.path + ": param_groups[" + std::to_string(gi) + "]: " + e.what());

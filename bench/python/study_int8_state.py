@@ -6,6 +6,8 @@ ways, and reports how far each run's loss drifts from the run with f32 state. Th
 
 - ``f32``: torch.optim.AdamW (foreach), the reference.
 - ``bf16``: optfuse.torch.AdamW(state_dtype="bf16"), round-to-nearest-even after every step.
+- ``int8 (optfuse ...)``: optfuse.torch.AdamW(state_dtype="int8"), the built kernels with the
+  maps chosen here (linear m, sqrt v), for every tensor and with the default min_8bit_size.
 - ``int8 <m map>/<v map>``: block-wise quantized state, simulated here in PyTorch: each step
   dequantizes both moments, runs torch's AdamW formulas in f32, then requantizes them, one f32
   scale (the block's absmax) per block of ``--block`` elements, codes by nearest value in the map.
@@ -171,6 +173,12 @@ def contenders(block):
         import optfuse.torch as oft
         out["bf16 (optfuse state_dtype='bf16')"] = lambda ps: oft.AdamW(ps, state_dtype="bf16",
                                                                         **hp)
+        # The built kernels (linear m, sqrt v): every tensor, as the simulated runs, and with
+        # the default min_8bit_size (tensors below 4096 elements keep f32 state).
+        out["int8 (optfuse state_dtype='int8', every tensor)"] = lambda ps: oft.AdamW(
+            ps, state_dtype="int8", block_size=block, min_8bit_size=0, **hp)
+        out["int8 (optfuse state_dtype='int8', min_8bit_size 4096)"] = lambda ps: oft.AdamW(
+            ps, state_dtype="int8", block_size=block, **hp)
     except ImportError:
         pass
     for m_name, v_name in [("linear", "linear"), ("dynamic", "linear"), ("dynamic", "dynamic"),

@@ -78,8 +78,10 @@ typedef enum { OPTFUSE_F32 = 0, OPTFUSE_BF16 = 1, OPTFUSE_F16 = 2 } optfuse_dtyp
 /* As optfuse_optimizer_add_group, with every param of the group in param_dtype and every grad in
  * grad_dtype. A 16-bit param gets an f32 master copy inside the optimizer unless the group says
  * "master_weights": false (torch's way: no copy, state in the param's dtype; see optim.h); the
- * per-group options "state_dtype" ("f32" or "bf16"), "master_weights", "stochastic_rounding"
- * (bf16 params) and "rounding_seed" go in overrides_json (or the optimizer config). */
+ * per-group options "state_dtype" ("f32", "bf16" or "int8": 8-bit codes with one f32 scale per
+ * "block_size" elements, for tensors of at least "min_8bit_size"; see optim.h),
+ * "master_weights", "stochastic_rounding" (bf16 params) and "rounding_seed" go in overrides_json
+ * (or the optimizer config). */
 int optfuse_optimizer_add_group_typed(optfuse_optimizer* opt, size_t n, void* const* params,
                                       optfuse_dtype param_dtype, void* const* grads,
                                       optfuse_dtype grad_dtype, const int64_t* numels,
@@ -96,8 +98,8 @@ int optfuse_optimizer_add_group_typed(optfuse_optimizer* opt, size_t n, void* co
  * after waiting for the device. Host pointers to such an optimizer, device pointers to a CPU
  * engine's optimizer, and a mix of both are errors (OPTFUSE_ERR_INVALID, message naming the group
  * and tensor), as are the features not yet available on the device: clipping, loss scaling,
- * grad_centralization, LAMB, LARS, sparse gradients, bf16 params and "state_dtype": "bf16" (f16
- * params and 16-bit grads work). */
+ * grad_centralization, LAMB, LARS, sparse gradients, bf16 params and "state_dtype": "bf16" or
+ * "int8" (f16 params and 16-bit grads work). */
 int optfuse_optimizer_add_group_device(optfuse_optimizer* opt, size_t n, void* const* params,
                                        optfuse_dtype param_dtype, void* const* grads,
                                        optfuse_dtype grad_dtype, const int64_t* numels,

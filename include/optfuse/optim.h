@@ -62,6 +62,19 @@ using Options = nlohmann::json;  // torch.optim option names -> values, e.g. {"l
 // saved with the state); each step is ONE kernel pass that reads master and grad, computes in
 // f32, and writes master, state and the param rounded to its dtype. Group options:
 //   "state_dtype": "f32" | "bf16"    optimizer state stored in bf16 (computed in f32, stored RNE)
+//                | "int8"            or as 8-bit codes with one f32 scale (the block's absmax) per
+//                                    block: the rule's state of tensors of at least
+//                                    "min_8bit_size" elements (default 4096; smaller ones keep
+//                                    f32 state), in blocks of "block_size" (default 256, a
+//                                    multiple of 16 up to 4096). Signed state (exp_avg, momentum)
+//                                    uses a linear map, non-negative state (exp_avg_sq, ...) a
+//                                    square-root one (docs/int8-state.md). One pass decodes,
+//                                    updates in f32 and encodes: AdamW moves ~16 B/element
+//                                    instead of 28. The codes are the state: save / load resume
+//                                    bit-identically; state_ref() shows the u8 codes under the
+//                                    state's name and the scales as "<name>.absmax". Not with
+//                                    grad_centralization, updates that reduce (LAMB, LARS),
+//                                    sparse gradients, master_weights false, or device tensors.
 //   "master_weights": bool           default true. false: torch's way with 16-bit params (what
 //                                    torch.optim.AdamW(fused=True) does): no master copy, the
 //                                    kernel reads the param itself, the state is stored in the
@@ -106,13 +119,25 @@ struct ParamRef {
 std::vector<std::string> optimizer_types();
 Options optimizer_defaults(const std::string& type);
 
+// 8-bit state ("state_dtype": "int8", docs/int8-state.md) on the host: state `name`'s `n` f32
+// values as u8 codes plus one f32 scale per block of `block` (ceil(n / block) of them), with
+// the map the kernels use for that name, and back. For frameworks that keep the state
+// themselves (bind_state) and convert it when a group's state_dtype or block_size changes.
+void encode_8bit_state(const std::string& name, int64_t block, const float* values, int64_t n,
+                       uint8_t* codes, float* scales);
+void decode_8bit_state(const std::string& name, int64_t block, const uint8_t* codes,
+                       const float* scales, int64_t n, float* values);
+
 // The update graph a parameter group runs: `config` as for Optimizer::create, `overrides` as for
 // add_param_group (merged and validated the same way). For warming a cache without tensors.
 // `param` and `grad` are the group's tensor dtypes (mixed precision, see TensorRef). With step
 // options in `config` it is the rule's graph with the grad prologue (grad_accum and/or
-// grad_scale); the statistics and accumulation micro-step kernels are not included.
+// grad_scale); the statistics and accumulation micro-step kernels are not included. `numel`
+// is the tensor's size, which matters only with "state_dtype": "int8": a tensor of at least
+// min_8bit_size elements runs the 8-bit graph, a smaller one the f32-state graph; 0 (the
+// default) stands for a large tensor.
 Graph update_graph(const Options& config, const Options& overrides = {}, DType param = DType::F32,
-                   DType grad = DType::F32);
+                   DType grad = DType::F32, int64_t numel = 0);
 
 // ---- Custom optimizers ----------------------------------------------------------------------
 // A user-defined update rule served exactly like the built-ins: its graph is normalized (idioms,
@@ -261,13 +286,15 @@ class Optimizer {
   // "grad_avg", "exp_inf", ...); null if absent. NAdam's scalar mu_product is kept on the host.
   // f32 state only (the master copy of a 16-bit param is "master"); bf16 state (state_dtype
   // "bf16", or bf16 params without master weights) is in state_bf16() as raw bits, f16 state (f16
-  // params without master weights) in state_ref() only, and state_values() widens any to f32.
+  // params without master weights) in state_ref() only, and state_values() widens any to f32
+  // (8-bit state decoded with its scales).
   const std::vector<float>* state(size_t group, size_t index, const std::string& name) const;
   const std::vector<uint16_t>* state_bf16(size_t group, size_t index,
                                           const std::string& name) const;
-  // Any state buffer as a TensorRef: host or device memory (as the params), the param's shape,
-  // the state's dtype; data null when absent. For device tensors state() and state_bf16() are
-  // null, and state_values() copies the state to the host (after cuCtxSynchronize).
+  // Any state buffer as a TensorRef: host or device memory (as the params), the param's shape
+  // (8-bit state's scales: 1-D, one per block), the state's dtype; data null when absent. For
+  // device tensors state() and state_bf16() are null, and state_values() copies the state to the
+  // host (after cuCtxSynchronize).
   std::vector<float> state_values(size_t group, size_t index, const std::string& name) const;
   TensorRef state_ref(size_t group, size_t index, const std::string& name) const;
   int64_t step_count(size_t group, size_t index) const;
@@ -289,10 +316,16 @@ class Optimizer {
                        // weights; f32 for "master")
     double initial;    // the value a new buffer holds (rounded to dtype once)
     bool from_param;   // a new buffer holds the param's values instead (the master copy)
+    int64_t numel;     // its elements: the param's, or for 8-bit state's scales ("<name>.absmax")
+                       // one per block; 0 in the group's spec, which knows no tensor
   };
   // The buffers the next step of `group` reads and writes, for its current options and dtypes
   // (resolving its kernel, which may compile; it changes when set() changes the structure).
+  // With state_dtype "int8" a tensor of at least min_8bit_size elements has other buffers than
+  // the group's: the u8 codes under the state's name and its f32 scales, "<name>.absmax", with
+  // one value per block; the per-tensor spec says which.
   std::vector<StateSpec> state_spec(size_t group) const;
+  std::vector<StateSpec> state_spec(size_t group, size_t index) const;
   // Tensor `index` of `group` reads and writes `name` in `buffer` from the next step on (the
   // param's numel, the spec's dtype, the param's memory; the caller keeps it alive and must not
   // touch it during step()). `fresh`: the buffer holds a new state's initial values, so the next

@@ -244,6 +244,24 @@ NB_MODULE(_core, m) {
         return d;
       });
 
+  m.def(
+      "encode_8bit_state",
+      [](const std::string& name, int64_t block, uintptr_t values, int64_t n, uintptr_t codes,
+         uintptr_t scales) {
+        optfuse::encode_8bit_state(name, block, reinterpret_cast<const float*>(values), n,
+                                   reinterpret_cast<uint8_t*>(codes),
+                                   reinterpret_cast<float*>(scales));
+      },
+      "8-bit state: n f32 values at `values` as u8 codes and ceil(n / block) f32 scales.");
+  m.def(
+      "decode_8bit_state",
+      [](const std::string& name, int64_t block, uintptr_t codes, uintptr_t scales, int64_t n,
+         uintptr_t values) {
+        optfuse::decode_8bit_state(name, block, reinterpret_cast<const uint8_t*>(codes),
+                                   reinterpret_cast<const float*>(scales), n,
+                                   reinterpret_cast<float*>(values));
+      },
+      "8-bit state: n u8 codes and their per-block f32 scales decoded to f32 values.");
   nb::class_<PyOptimizer>(m, "Optimizer")
       .def(
           "__init__",
@@ -305,14 +323,19 @@ NB_MODULE(_core, m) {
             o.opt->set_sparse_grad(group, index, v, {address(values), numel});
           },
           "Row-sparse gradient: `count` int64 row indices and their f32 rows, packed.")
-      .def("state_spec",
-           [](PyOptimizer& o, size_t group) {
-             std::vector<std::tuple<std::string, std::string, double, bool>> out;
-             for (const auto& s : o.opt->state_spec(group))
-               out.emplace_back(s.name, std::string(optfuse::dtype_name(s.dtype)), s.initial,
-                                s.from_param);
-             return out;
-           })
+      .def(
+          "state_spec",
+          [](PyOptimizer& o, size_t group, int64_t index) {
+            std::vector<std::tuple<std::string, std::string, double, bool, int64_t>> out;
+            for (const auto& s : index < 0 ? o.opt->state_spec(group)
+                                           : o.opt->state_spec(group, static_cast<size_t>(index)))
+              out.emplace_back(s.name, std::string(optfuse::dtype_name(s.dtype)), s.initial,
+                               s.from_param, s.numel);
+            return out;
+          },
+          nb::arg("group"), nb::arg("index") = -1,
+          "(name, dtype, initial, from_param, numel) of each state buffer: the group's, or with "
+          "`index` the tensor's (8-bit state has codes and per-block scales).")
       .def("bind_state",
            [](PyOptimizer& o, size_t group, size_t index, const std::string& name, uintptr_t ptr,
               int64_t numel, const std::string& dtype, bool fresh) {

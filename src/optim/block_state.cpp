@@ -1,9 +1,15 @@
 #include "optim/block_state.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "optfuse/error.h"
+#include "optfuse/kernel.h"
+#include "optim/grad_prologue.h"
 #include "optim/graph_copy.h"
+#include "optim/options.h"
+#include "optim/precision.h"
 
 namespace optfuse::optim {
 namespace {
@@ -70,11 +76,112 @@ class BlockStateRewriter {
 
 }  // namespace
 
-std::string block_scale_name(const std::string& state) { return state + ".absmax"; }
+namespace {
+constexpr char kScaleSuffix[] = ".absmax";
+constexpr size_t kScaleSuffixSize = sizeof(kScaleSuffix) - 1;
+}  // namespace
+
+std::string block_scale_name(const std::string& state) { return state + kScaleSuffix; }
+
+std::string block_state_of(const std::string& name) {
+  const bool scales =
+      name.size() > kScaleSuffixSize &&
+      name.compare(name.size() - kScaleSuffixSize, kScaleSuffixSize, kScaleSuffix) == 0;
+  return scales ? name.substr(0, name.size() - kScaleSuffixSize) : name;
+}
 
 Graph quantize_state(const Graph& g, const std::vector<BlockState>& which) {
   if (which.empty()) return g;
   return BlockStateRewriter(g, which).run();
 }
 
+Options blocking_defaults() { return {{"block_size", 256}, {"min_8bit_size", 4096}}; }
+
+void validate_blocking(const Options& h, const std::string& where) {
+  const double block = number(h, "block_size", where);
+  if (block < 16 || block > kMaxRowStateCols || block != std::floor(block) ||
+      static_cast<int64_t>(block) % 16 != 0)
+    throw Error(where + ": option 'block_size' must be a multiple of 16 in [16, " +
+                std::to_string(kMaxRowStateCols) + "], got " + pyfloat(block));
+  const double min_size = number(h, "min_8bit_size", where);
+  if (min_size < 0 || min_size != std::floor(min_size) || min_size > 9.0e15)
+    throw Error(where + ": option 'min_8bit_size' must be a non-negative integer, got " +
+                pyfloat(min_size));
+}
+
+Blocking group_blocking(const Options& h) {
+  if (h.at("state_dtype") != "int8") return {};
+  return {h.at("block_size").get<int64_t>(), h.at("min_8bit_size").get<int64_t>()};
+}
+
+BlockMap block_map(const std::string& state) {
+  // torch's names of state that is never negative: squares and their maxima, Adagrad's sum of
+  // squares, Adamax's infinity norm. Anything else may be signed.
+  static const char* const kNonNegative[] = {"exp_avg_sq", "max_exp_avg_sq", "square_avg",
+                                             "sum",        "exp_inf",        "acc_delta"};
+  for (const char* n : kNonNegative)
+    if (state == n) return BlockMap::kSqrt;
+  return BlockMap::kSignedLinear;
+}
+
+std::vector<BlockState> blocked_states(const Graph& g) {
+  std::vector<BlockState> out;
+  for (const Node& n : g.nodes()) {
+    if (n.op != Op::Input || n.role != Role::State || n.dtype != DType::F32) continue;
+    if (n.name == kMasterState || n.name == kGradAccum) continue;
+    const bool written = std::any_of(g.outputs().begin(), g.outputs().end(),
+                                     [&](const Output& o) { return o.replaces == n.name; });
+    if (written) out.push_back({n.name, block_map(n.name)});
+  }
+  return out;
+}
+
+int64_t block_count(int64_t n, int64_t block) { return (n + block - 1) / block; }
+
+void encode_blocks(const float* x, int64_t n, int64_t block, BlockMap map, uint8_t* codes,
+                   float* absmax) {
+  for (int64_t b = 0; b * block < n; ++b) {
+    const int64_t begin = b * block, end = std::min(n, begin + block);
+    float m = 0.0f;
+    for (int64_t i = begin; i < end; ++i)
+      m = std::isnan(x[i]) || std::isnan(m) ? NAN : std::max(m, std::fabs(x[i]));
+    absmax[b] = m;
+    const bool linear = map == BlockMap::kSignedLinear;
+    const float inv = m > 0.0f ? (linear ? 127.0f / m : 255.0f / std::sqrt(m)) : 0.0f;
+    for (int64_t i = begin; i < end; ++i) {
+      const float c = linear ? x[i] * inv + 127.5f : std::sqrt(x[i]) * inv + 0.5f;
+      codes[i] = std::isnan(c) ? 0 : static_cast<uint8_t>(std::clamp(c, 0.0f, 255.0f));
+    }
+  }
+}
+
+void decode_blocks(const uint8_t* codes, const float* absmax, int64_t n, int64_t block,
+                   BlockMap map, float* x) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float m = absmax[i / block], c = static_cast<float>(codes[i]);
+    if (map == BlockMap::kSignedLinear) {
+      x[i] = (c - 127.0f) * (m / 127.0f);
+    } else {
+      const float t = c * (std::sqrt(m) / 255.0f);
+      x[i] = t * t;
+    }
+  }
+}
+
 }  // namespace optfuse::optim
+
+namespace optfuse {
+
+void encode_8bit_state(const std::string& name, int64_t block, const float* values, int64_t n,
+                       uint8_t* codes, float* scales) {
+  if (block < 1) throw Error("encode_8bit_state: block " + std::to_string(block) + " < 1");
+  optim::encode_blocks(values, n, block, optim::block_map(name), codes, scales);
+}
+
+void decode_8bit_state(const std::string& name, int64_t block, const uint8_t* codes,
+                       const float* scales, int64_t n, float* values) {
+  if (block < 1) throw Error("decode_8bit_state: block " + std::to_string(block) + " < 1");
+  optim::decode_blocks(codes, scales, n, block, optim::block_map(name), values);
+}
+
+}  // namespace optfuse

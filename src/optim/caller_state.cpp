@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "optfuse/error.h"
+#include "optim/block_state.h"
 #include "optim/device_buffer.h"
 #include "optim/device_support.h"
 #include "optim/grad_prologue.h"
@@ -27,37 +28,72 @@ Impl::Tensor& tensor_at(Impl& impl, size_t group, size_t index) {
 
 }  // namespace
 
+namespace {
+
+// The buffers a tensor of kernel plan `kp` binds (block > 0: with 8-bit state of that block).
+std::vector<Optimizer::StateSpec> spec_of(const Impl& impl, const Impl::Group& g,
+                                          const optim::KernelPlan& kp, int64_t numel,
+                                          int64_t block) {
+  std::vector<Optimizer::StateSpec> spec;
+  for (const auto& s : kp.state) {
+    if (s.name == optim::kGradAccum) continue;  // the accumulation buffer is the optimizer's own
+    const bool codes = s.dtype == DType::U8;
+    const bool scales = s.rows;
+    const std::string rule_name = optim::block_state_of(s.name);
+    double initial = impl.rule->initial_state_value(g.options, rule_name);
+    if (codes || scales) {  // a constant block's code and scale
+      const float x = static_cast<float>(initial);
+      uint8_t code = 0;
+      float absmax = 0;
+      optim::encode_blocks(&x, 1, 1, optim::block_map(rule_name), &code, &absmax);
+      initial = codes ? code : absmax;
+    }
+    spec.push_back({s.name, s.dtype, initial, s.name == optim::kMasterState,
+                    scales ? optim::block_count(numel, block) : numel});
+  }
+  return spec;
+}
+
+}  // namespace
+
 std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group) const {
   Impl::Group& g = group_at(*impl_, group);
   resolve_kernel(*impl_, g, group);
-  std::vector<StateSpec> spec;
-  for (const auto& s : g.plan->state) {
-    if (s.name == optim::kGradAccum) continue;  // the accumulation buffer is the optimizer's own
-    spec.push_back({s.name, s.dtype, impl_->rule->initial_state_value(g.options, s.name),
-                    s.name == optim::kMasterState});
-  }
-  return spec;
+  return spec_of(*impl_, g, g.plan->dense, 0, 0);
+}
+
+std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group, size_t index) const {
+  Impl::Tensor& t = tensor_at(*impl_, group, index);
+  Impl::Group& g = group_at(*impl_, group);
+  resolve_kernel(*impl_, g, group);
+  return spec_of(*impl_, g, g.plan_of(t), t.ref.param.numel,
+                 t.blocked ? g.plan->blocking.block : 0);
 }
 
 void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
                            const TensorRef& buffer, bool fresh) {
   Impl::Tensor& t = tensor_at(*impl_, group, index);
   const std::string who = Impl::where(group, index, t.ref) + ": state '" + name + "'";
-  // The group's plan says which buffers exist; the spec's names are listed only for the error.
+  // The tensor's kernel plan says which buffers exist; the spec's names are listed only for the
+  // error.
   Impl::Group& g = group_at(*impl_, group);
   resolve_kernel(*impl_, g, group);
-  auto slot = std::find_if(g.plan->state.begin(), g.plan->state.end(),
-                           [&](const optim::StateSlot& s) { return s.name == name; });
-  if (name == optim::kGradAccum || slot == g.plan->state.end()) {
+  const std::vector<StateSpec> specs = state_spec(group, index);
+  auto slot =
+      std::find_if(specs.begin(), specs.end(), [&](const StateSpec& s) { return s.name == name; });
+  if (slot == specs.end()) {
     std::string known;
-    for (const auto& e : state_spec(group)) known += (known.empty() ? "" : ", ") + e.name;
-    throw Error(who + ": this group's step has no such state (it has: " + known + ")");
+    for (const auto& e : specs) known += (known.empty() ? "" : ", ") + e.name;
+    throw Error(who + ": this tensor's step has no such state (it has: " + known + ")");
   }
   const DType want = slot->dtype;
   if (!buffer.data) throw Error(who + ": null buffer");
-  if (buffer.numel != t.ref.param.numel)
-    throw Error(who + ": buffer has " + std::to_string(buffer.numel) + " elements but param has " +
-                std::to_string(t.ref.param.numel));
+  if (buffer.numel != slot->numel)
+    throw Error(who + ": buffer has " + std::to_string(buffer.numel) + " elements but " +
+                (slot->numel == t.ref.param.numel
+                     ? "param has " + std::to_string(t.ref.param.numel)
+                     : "the state has " + std::to_string(slot->numel) + " (one per block of " +
+                           std::to_string(g.plan->blocking.block) + ")"));
   if (buffer.dtype != want)
     throw Error(who + ": buffer dtype " + std::string(dtype_name(buffer.dtype)) +
                 " but the state is " + std::string(dtype_name(want)));
@@ -70,6 +106,7 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
       own != t.state.end() && own->second.kind() == optim::StateBuffer::Kind::Device)
     optim::synchronize(impl_->cuda_context);
   t.state.insert_or_assign(name, optim::StateBuffer::caller(buffer));
+  if (want == DType::U8) t.state_block = g.plan->blocking.block;
   t.bound_fresh = t.bound_fresh || fresh;
   t.epoch = 0;  // the next step looks its state buffers up again
 }

@@ -83,6 +83,8 @@ void check_device_group(Memory m, const UpdateRule& rule, const Options& options
   if (!options.value("master_weights", true))
     throw Error(where + ": " +
                 not_yet("master_weights false (16-bit state buffers are host-only so far)"));
+  if (options.value("state_dtype", "f32") == "int8")
+    throw Error(where + ": " + not_yet("state_dtype \"int8\" (8-bit state is host-only so far)"));
   if (has_reductions(rule.graph(options)))
     throw Error(where + ": " +
                 not_yet(rule.type() + " (its update reduces over tensors, e.g. "

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "optfuse/error.h"
+#include "optfuse/kernel.h"
 
 namespace optfuse::optim {
 
@@ -28,7 +29,7 @@ bool centralizes(const Options& h) { return h.value("grad_centralization", false
 
 }  // namespace
 
-Graph group_graph(const GraphRecipe& r, bool centralized) {
+Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked) {
   Graph g = [&] {
     if (centralized || !centralizes(r.options)) return rule_graph(*r.rule, r.options, r.precision);
     Options plain = r.options;
@@ -36,13 +37,17 @@ Graph group_graph(const GraphRecipe& r, bool centralized) {
     return rule_graph(*r.rule, plain, r.precision);
   }();
   for (const Transform& t : kTransforms) g = t.apply(g, r);
+  // Last, on f32 state whatever the params' dtype: the rule's state as 8-bit codes and per-block
+  // scales (block_state.h). Only for the tensors that keep 8-bit state, so not in the list.
+  if (blocked) g = quantize_state(g, blocked_states(g));
   return g;
 }
 
 std::vector<StateSlot> graph_state(const Graph& g) {
   std::vector<StateSlot> out;
   for (const Node& n : g.nodes())
-    if (n.op == Op::Input && n.role == Role::State) out.push_back({n.name, n.dtype});
+    if (n.op == Op::Input && (n.role == Role::State || n.role == Role::RowState))
+      out.push_back({n.name, n.dtype, n.role == Role::RowState});
   return out;
 }
 
@@ -76,27 +81,65 @@ std::vector<std::string> known_state_names(const UpdateRule& rule, const Options
   return names;
 }
 
-bool GroupPlan::has_state(const std::string& name) const {
+bool KernelPlan::has_state(const std::string& name) const {
   return std::any_of(state.begin(), state.end(),
                      [&](const StateSlot& s) { return s.name == name; });
 }
 
-std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint64_t epoch) {
-  auto plan = std::make_shared<GroupPlan>();
-  plan->centralizes = centralizes(r.options);
-  plan->graph = group_graph(r, false);
-  plan->graph_text = print(plan->graph);
-  plan->recipe = std::move(r);
-  plan->kernel = engine.kernel(plan->graph);
-  const KernelSignature& sig = plan->kernel->signature();
+namespace {
+
+KernelPlan plan_kernel(Engine& engine, Graph graph) {
+  KernelPlan k;
+  k.graph = std::move(graph);
+  k.kernel = engine.kernel(k.graph);
+  const KernelSignature& sig = k.kernel->signature();
   for (const auto& in : sig.inputs)
-    if (in.role == Role::State) plan->state.push_back({in.name, in.dtype});
+    if (in.role == Role::State || in.role == Role::RowState)
+      k.state.push_back({in.name, in.dtype, in.role == Role::RowState});
   for (const auto& out : sig.outputs) {
     const int i = sig.input_index(out.replaces);
     if (i < 0) internal_error("output replaces unknown input '" + out.replaces + "'");
-    plan->output_input.push_back(static_cast<size_t>(i));
+    k.output_input.push_back(static_cast<size_t>(i));
   }
-  plan->key_slot = sig.scalar_index(kRoundingKey);
+  k.key_slot = sig.scalar_index(kRoundingKey);
+  return k;
+}
+
+// Why 8-bit state cannot serve this group, or "" if it can: its blocks are the kernel's rows, so
+// the update itself must not reduce per row or over the tensor.
+std::string unblockable(const GraphRecipe& r, const Graph& dense) {
+  if (r.rule->sparse_grads()) return r.rule->type() + " takes sparse gradients";
+  if (centralizes(r.options)) return "grad_centralization reduces over the kernel's rows";
+  for (const Node& n : dense.nodes())
+    if (op_has(n.op, kReduce | kRowReduce))
+      return r.rule->type() + "'s update has " + std::string(op_name(n.op)) +
+             " (8-bit state's blocks are the kernel's rows)";
+  return "";
+}
+
+}  // namespace
+
+std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint64_t epoch,
+                                            const std::string& where) {
+  auto plan = std::make_shared<GroupPlan>();
+  plan->centralizes = centralizes(r.options);
+  plan->blocking = group_blocking(r.options);
+  plan->dense = plan_kernel(engine, group_graph(r, false));
+  plan->graph_text = print(plan->dense.graph);
+  if (plan->blocking.on()) {
+    if (std::string why = unblockable(r, plan->dense.graph); !why.empty())
+      throw Error(where + ": state_dtype \"int8\" is not supported here: " + why);
+    plan->blocked = plan_kernel(engine, group_graph(r, false, true));
+    // (step_round.cpp computes one list of scalars per group, in the plain kernel's order.)
+    const auto &a = plan->blocked.kernel->signature().scalars,
+               &b = plan->dense.kernel->signature().scalars;
+    const bool same = a.size() == b.size() &&
+                      std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) {
+                        return x.name == y.name && x.dtype == y.dtype;
+                      });
+    if (!same) internal_error("the 8-bit kernel's scalars differ from the group kernel's");
+  }
+  plan->recipe = std::move(r);
   plan->epoch = epoch;
   return plan;
 }
@@ -105,7 +148,7 @@ bool same_graph(const GroupPlan& plan, const GraphRecipe& r) {
   const GraphRecipe& p = plan.recipe;
   if (p.rule != r.rule || !(p.precision == r.precision) ||
       p.prologue.accumulated != r.prologue.accumulated || p.prologue.scaled != r.prologue.scaled ||
-      plan.centralizes != centralizes(r.options))
+      plan.centralizes != centralizes(r.options) || !(plan.blocking == group_blocking(r.options)))
     return false;
   return print(group_graph(r, false)) == plan.graph_text;
 }

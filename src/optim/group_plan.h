@@ -5,6 +5,8 @@
 // graph a group's kernels compute: the rule's graph, then the flat list of named transforms in
 // group_plan.cpp. plan_group() compiles it and derives the rest from the result alone: which
 // state buffers exist and their dtypes, which input each output replaces, where a scalar goes.
+// With state_dtype "int8" a group has two such kernel plans: the 8-bit one for tensors of at
+// least min_8bit_size elements, and the plain one for the others.
 // A group holds its plan as one immutable value (Optimizer::Impl::Group::plan), rebuilt only
 // when the graph changes; `optfuse warmup` compiles the same graph (update_graph()).
 #include <cstdint>
@@ -14,6 +16,7 @@
 
 #include "optfuse/engine.h"
 #include "optfuse/graph.h"
+#include "optim/block_state.h"
 #include "optim/grad_prologue.h"
 #include "optim/precision.h"
 #include "optim/rule.h"
@@ -31,13 +34,17 @@ struct GraphRecipe {
 
 // The final update graph for `r`; `centralized` keeps the rule's gradient centralization (for
 // tensors of >= 2 dims) and is otherwise turned off, so that both graphs take the same arguments.
-Graph group_graph(const GraphRecipe& r, bool centralized);
+// `blocked`: the graph of a tensor with 8-bit state (block_state.h; the options' state_dtype is
+// "int8" and the tensor has at least min_8bit_size elements).
+Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked = false);
 
-// The state buffers a graph reads (Role::State inputs), in input order, with their dtypes: the
-// rule's, then those the transforms add (the master copy, the accumulation buffer).
+// The state buffers a graph reads (Role::State and Role::RowState inputs), in input order, with
+// their dtypes: the rule's, then those the transforms add (the master copy, the accumulation
+// buffer, 8-bit state's per-block scales).
 struct StateSlot {
   std::string name;
   DType dtype;
+  bool rows = false;  // row state: one value per block (8-bit state's scales)
 };
 std::vector<StateSlot> graph_state(const Graph& g);
 
@@ -50,25 +57,38 @@ int64_t rule_state_count(const GraphRecipe& r);
 // accumulation buffer. Derived from the graphs: a rule declares no list of its own.
 std::vector<std::string> known_state_names(const UpdateRule& rule, const Options& options);
 
-struct GroupPlan {
-  GraphRecipe recipe;
-  Graph graph;                           // group_graph(recipe, false)
-  std::string graph_text;                // print(graph), what same_graph() compares
-  bool centralizes = false;              // the options ask for gradient centralization
-  std::shared_ptr<const Kernel> kernel;  // graph's: the arguments every tensor kernel takes
+// One graph's kernel and what its calls are derived from.
+struct KernelPlan {
+  Graph graph{""};
+  std::shared_ptr<const Kernel> kernel;  // graph's: the arguments its tensors' kernels take
   std::vector<StateSlot> state;          // graph_state(graph)
   std::vector<size_t> output_input;      // kernel output position -> the input it replaces
   int key_slot = -1;                     // scalar position of round_sr's key; -1 if none
-  uint64_t epoch = 0;                    // unique per plan (Tensor::epoch)
 
   bool has_state(const std::string& name) const;
 };
 
-// Compiles (or loads) the kernel of `r`'s graph and derives the plan. `epoch` identifies it.
-std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint64_t epoch);
+struct GroupPlan {
+  GraphRecipe recipe;
+  std::string graph_text;    // print(dense.graph), what same_graph() compares
+  bool centralizes = false;  // the options ask for gradient centralization
+  Blocking blocking;         // 8-bit state's block and minimum size (off unless "int8")
+  KernelPlan dense;          // group_graph(recipe, false)
+  KernelPlan blocked;        // group_graph(recipe, false, true) when blocking.on(), else empty
+  uint64_t epoch = 0;        // unique per plan (Tensor::epoch)
+
+  // The kernel plan of a tensor: blocked for tensors with 8-bit state.
+  const KernelPlan& of(bool is_blocked) const { return is_blocked ? blocked : dense; }
+};
+
+// Compiles (or loads) the kernel of `r`'s graph (and the 8-bit one for state_dtype "int8") and
+// derives the plan. `epoch` identifies it. Error naming `where` (the group) if the options ask
+// for 8-bit state that the rule's update cannot have.
+std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint64_t epoch,
+                                            const std::string& where = "param group");
 
 // Whether `plan` was built for a graph equal to the one `r` gives (the options may differ in
-// values the kernel takes as scalars, e.g. a scheduler's new lr).
+// values the kernel takes as scalars, e.g. a scheduler's new lr) and the same 8-bit blocking.
 bool same_graph(const GroupPlan& plan, const GraphRecipe& r);
 
 }  // namespace optfuse::optim

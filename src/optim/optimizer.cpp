@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "optfuse/error.h"
@@ -34,23 +35,26 @@ std::string Impl::where(size_t group, size_t index, const ParamRef& ref) {
 
 namespace {
 
-// Each tensor's kernel: the gradient-centralized graph where GC applies, else the plan's; with
-// tuned schedules, the schedule for the tensor's size (a model has few distinct sizes, so this
-// makes few kernels). Every one takes the plan kernel's arguments (GC adds a row reduction only).
+// Each tensor's kernel: the gradient-centralized graph where GC applies, the 8-bit graph where
+// its state is 8-bit, else the plan's; with tuned schedules, the schedule for the tensor's size (a
+// model has few distinct sizes, so this makes few kernels). Every one takes its kernel plan's
+// arguments (GC adds a row reduction only).
 void assign_tensor_kernels(Impl& impl, Impl::Group& g) {
   const optim::GroupPlan& plan = *g.plan;
   const bool by_size = impl.engine->tuned_schedules() > 0;
   std::optional<Graph> centralized;
-  std::map<std::pair<bool, int64_t>, std::shared_ptr<const Kernel>> made;
+  std::map<std::tuple<bool, bool, int64_t>, std::shared_ptr<const Kernel>> made;
   for (auto& t : g.tensors) {
-    const bool gc = t.gc_cols(g.options) > 0;
+    t.blocked = plan.blocking.applies(t.ref.param.numel);
+    const optim::KernelPlan& kp = plan.of(t.blocked);
+    const bool gc = t.gc_cols(g.options) > 0;  // (never with 8-bit state: plan_group refuses)
     if (gc && !centralized) centralized = optim::group_graph(plan.recipe, true);
-    const Graph& graph = gc ? *centralized : plan.graph;
+    const Graph& graph = gc ? *centralized : kp.graph;
     const int64_t n = by_size ? t.ref.param.numel : 0;
-    auto& k = made[{gc, n}];
+    auto& k = made[{gc, t.blocked, n}];
     if (!k) {
       k = by_size ? impl.engine->kernel(graph, n) : impl.engine->kernel(graph);
-      KernelSignature a = plan.kernel->signature(), b = k->signature();
+      KernelSignature a = kp.kernel->signature(), b = k->signature();
       a.per_row = b.per_row = false;  // (a custom graph's plain kernel may reduce per row too)
       if (signature_text(a) != signature_text(b))
         internal_error("a tensor kernel's arguments differ from the group's plan kernel's");
@@ -73,7 +77,8 @@ void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
     // did, so that a value the kernel takes as a scalar recompiles nothing.
     optim::GraphRecipe recipe{impl.rule.get(), g.options, precision, prologue};
     if (!plan || !optim::same_graph(*plan, recipe)) {
-      g.plan = optim::plan_group(*impl.engine, std::move(recipe), ++impl.plans_made);
+      g.plan =
+          optim::plan_group(*impl.engine, std::move(recipe), ++impl.plans_made, Impl::where(group));
       for (auto& t : g.tensors) t.kernel.reset();  // every tensor is bound to the new plan
     }
     g.plan_options = g.options;
@@ -88,10 +93,10 @@ namespace {
 
 // Each kernel input's state buffer for `t` (Tensor::inputs), once its state is complete.
 void bind_state(Impl::Tensor& t, const Impl::Group& g) {
-  const KernelSignature& sig = g.plan->kernel->signature();
+  const KernelSignature& sig = g.plan_of(t).kernel->signature();
   t.inputs.assign(sig.inputs.size(), nullptr);
   for (size_t i = 0; i < sig.inputs.size(); ++i)
-    if (sig.inputs[i].role == Role::State)
+    if (sig.inputs[i].role == Role::State || sig.inputs[i].role == Role::RowState)
       t.inputs[i] = optim::state_pointer(t, sig.inputs[i].name, sig.inputs[i].dtype);
   t.epoch = g.plan->epoch;
 }
@@ -379,10 +384,12 @@ int64_t Optimizer::bytes_per_step() const {
     const int64_t states = optim::rule_state_count({impl_->rule.get(), g.options, p, {}});
     // grad_accum (f32) is read once more when accumulating
     const int64_t accum = impl_->control.options.accumulating() ? 4 : 0;
+    const optim::Blocking blocking = optim::group_blocking(g.options);
     for (const auto& t : g.tensors) {
       int64_t n =
           impl_->rule->sparse_grads() ? optim::touched_elements(t.sparse) : t.ref.param.numel;
-      bytes += optim::bytes_per_step(n, p, states) + accum * n;
+      const int64_t block = blocking.applies(n) ? blocking.block : 0;
+      bytes += optim::bytes_per_step(n, p, states, block) + accum * n;
     }
   }
   return bytes;

@@ -46,10 +46,14 @@ struct Optimizer::Impl {
           shape.size() < 2 || shape[0] <= 0 ? ref.param.numel : ref.param.numel / shape[0];
       return cols > 0 ? cols : 1;
     }
-    // The kernel this tensor runs: the group's graph (gradient-centralized where GC applies)
-    // with the group's schedule, or the tuned one for its size. Same arguments as the plan's
-    // kernel.
+    // The kernel this tensor runs: the group's graph (gradient-centralized where GC applies,
+    // 8-bit where `blocked`) with the group's schedule, or the tuned one for its size. Same
+    // arguments as its kernel plan's kernel (GroupPlan::of(blocked)).
     std::shared_ptr<const Kernel> kernel;
+    bool blocked = false;  // its rule state is 8-bit (state_dtype "int8", >= min_8bit_size)
+    // The block size its 8-bit state buffers were made with (0: it holds none); a changed
+    // block_size converts them at the next step.
+    int64_t state_block = 0;
     // The epoch of the group plan this tensor's state was completed for (0: never), and the
     // state buffer each kernel input reads then (null for the param and grad, which the caller
     // may change): a step whose plan is unchanged neither re-plans the state nor looks it up.
@@ -63,6 +67,7 @@ struct Optimizer::Impl {
     // options it was last checked against: resolved at the first step after they change.
     std::shared_ptr<const optim::GroupPlan> plan;
     Options plan_options;
+    const optim::KernelPlan& plan_of(const Tensor& t) const { return plan->of(t.blocked); }
 
     // step()'s scalars (step_round.cpp): tensors of a group nearly always share their step and
     // host state, so the scalars (and the host state they lead to) are computed once and reused

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "optfuse/error.h"
+#include "optim/block_state.h"
 #include "optim/grad_prologue.h"
 #include "optim/graph_copy.h"
 #include "optim/options.h"
@@ -16,10 +17,12 @@ const char* const kMasterState = "master";
 const char* const kRoundingKey = "rounding_key";
 
 Options precision_defaults() {
-  return {{"state_dtype", "f32"},
-          {"master_weights", true},
-          {"stochastic_rounding", false},
-          {"rounding_seed", 0}};
+  Options h = {{"state_dtype", "f32"},
+               {"master_weights", true},
+               {"stochastic_rounding", false},
+               {"rounding_seed", 0}};
+  h.update(blocking_defaults());  // int8 state's block_size and min_8bit_size (block_state.h)
+  return h;
 }
 
 Options with_precision_defaults(Options rule_defaults) {
@@ -30,9 +33,10 @@ Options with_precision_defaults(Options rule_defaults) {
 
 void validate_precision(const Options& h, const std::string& where) {
   const Options& sd = h.at("state_dtype");
-  if (!sd.is_string() || (sd != "f32" && sd != "bf16"))
-    throw Error(where + ": option 'state_dtype' must be \"f32\" or \"bf16\", got " +
+  if (!sd.is_string() || (sd != "f32" && sd != "bf16" && sd != "int8"))
+    throw Error(where + ": option 'state_dtype' must be \"f32\", \"bf16\" or \"int8\", got " +
                 message_text(sd));
+  validate_blocking(h, where);
   flag(h, "stochastic_rounding", where);
   flag(h, "master_weights", where);
   double seed = number(h, "rounding_seed", where);
@@ -58,6 +62,11 @@ Precision group_precision(const Options& h, DType param, DType grad, const std::
     throw Error(where + ": stochastic_rounding needs bf16 params, the params are " +
                 std::string(dtype_name(param)));
   if (p.unmastered()) {
+    if (h.at("state_dtype") == "int8")
+      throw Error(where + ": state_dtype \"int8\" with master_weights false and " +
+                  std::string(dtype_name(param)) +
+                  " params: without master weights the state is stored in the params' dtype; " +
+                  "8-bit state needs master weights");
     if (p.state == DType::BF16 && param != DType::BF16)
       throw Error(where + ": state_dtype \"bf16\" with master_weights false and " +
                   std::string(dtype_name(param)) +
@@ -239,6 +248,11 @@ std::vector<float> widen_to_f32(const void* data, DType t, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
   if (t == DType::F32) {
     std::memcpy(out.data(), data, out.size() * sizeof(float));
+    return out;
+  }
+  if (t == DType::U8) {
+    const auto* c = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = c[i];
     return out;
   }
   const auto* h = static_cast<const uint16_t*>(data);

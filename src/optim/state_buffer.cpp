@@ -19,6 +19,14 @@ StateBuffer StateBuffer::host(DType dtype, std::vector<uint16_t> bits) {
   return b;
 }
 
+StateBuffer StateBuffer::host(std::vector<uint8_t> codes) {
+  StateBuffer b;
+  b.kind_ = Kind::Host8;
+  b.dtype_ = DType::U8;
+  b.codes_ = std::move(codes);
+  return b;
+}
+
 StateBuffer StateBuffer::device(std::shared_ptr<DeviceBuffer> buffer) {
   StateBuffer b;
   b.kind_ = Kind::Device;
@@ -45,6 +53,8 @@ void* StateBuffer::data() const {
       return const_cast<float*>(f32_.data());
     case Kind::Host16:
       return const_cast<uint16_t*>(bits_.data());
+    case Kind::Host8:
+      return const_cast<uint8_t*>(codes_.data());
     case Kind::Device:
       return device_->data();
     case Kind::Caller:
@@ -59,6 +69,8 @@ int64_t StateBuffer::numel() const {
       return static_cast<int64_t>(f32_.size());
     case Kind::Host16:
       return static_cast<int64_t>(bits_.size());
+    case Kind::Host8:
+      return static_cast<int64_t>(codes_.size());
     case Kind::Device:
       return device_->numel();
     case Kind::Caller:

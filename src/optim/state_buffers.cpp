@@ -1,6 +1,9 @@
 #include "optim/state_buffers.h"
 
+#include <algorithm>
+
 #include "optfuse/error.h"
+#include "optim/block_state.h"
 #include "optim/device_support.h"
 #include "optim/grad_prologue.h"
 
@@ -66,19 +69,66 @@ bool bound_as(const Impl::Tensor& t, const StateSlot& s, const std::string& who)
 
 }  // namespace
 
+namespace {
+
+// The f32 values of `t`'s buffer `held`: widened, or decoded when 8-bit (with its scales and the
+// block it was made with).
+std::vector<float> held_values(const Impl::Tensor& t, const std::string& name,
+                               const StateBuffer& held) {
+  if (held.dtype() != DType::U8) return held.to_f32();
+  auto scale = t.state.find(block_scale_name(name));
+  if (scale == t.state.end() || t.state_block <= 0)
+    internal_error("8-bit state '" + name + "' has no scales");
+  const std::vector<float> absmax = scale->second.to_f32();
+  std::vector<float> x(static_cast<size_t>(held.numel()));
+  decode_blocks(static_cast<const uint8_t*>(held.data()), absmax.data(), held.numel(),
+                t.state_block, block_map(name), x.data());
+  return x;
+}
+
+// `values` as 8-bit state `name` of block `block`: the codes and the scales.
+void add_blocked(Impl::Tensor& t, const std::string& name, const std::vector<float>& values,
+                 int64_t block, std::vector<PendingState>* out) {
+  const auto n = static_cast<int64_t>(values.size());
+  PendingState codes{&t, name, DType::U8, {}, {}, nullptr};
+  PendingState scales{&t, block_scale_name(name), DType::F32, {}, {}, nullptr};
+  codes.u8.resize(values.size());
+  scales.f32.resize(static_cast<size_t>(block_count(n, block)));
+  encode_blocks(values.data(), n, block, block_map(name), codes.u8.data(), scales.f32.data());
+  codes.block = block;
+  out->push_back(std::move(codes));
+  out->push_back(std::move(scales));
+}
+
+}  // namespace
+
 void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
                 const std::string& who, std::vector<PendingState>* out) {
   const size_t n = static_cast<size_t>(t.ref.param.numel);
-  for (const StateSlot& s : g.plan->state) {
+  const KernelPlan& kp = g.plan_of(t);
+  const int64_t block = t.blocked ? g.plan->blocking.block : 0;
+  for (const StateSlot& s : kp.state) {
     if (s.name == kGradAccum) continue;  // made by the accumulation micro-steps (step_control.cpp)
+    if (s.rows) continue;                // made with its codes
     if (bound_as(t, s, who)) continue;
     auto held = t.state.find(s.name);
-    if (held != t.state.end() && held->second.dtype() == s.dtype) continue;
+    const bool held_here = held != t.state.end();
+    if (held_here && held->second.dtype() == s.dtype &&
+        (s.dtype != DType::U8 || t.state_block == block))
+      continue;
+    if (s.dtype == DType::U8) {  // new, or held in another dtype or block size
+      std::vector<float> values =
+          held_here ? held_values(t, s.name, held->second)
+                    : std::vector<float>(
+                          n, static_cast<float>(rule.initial_state_value(g.options, s.name)));
+      add_blocked(t, s.name, values, block, out);
+      continue;
+    }
     PendingState p{&t, s.name, s.dtype, {}, {}, nullptr};
     if (s.name == kMasterState) {
       p.f32 = widen_to_f32(t.ref.param.data, t.ref.param.dtype, t.ref.param.numel);
-    } else if (held != t.state.end()) {  // held in another dtype (state_dtype changed)
-      std::vector<float> wide = held->second.to_f32();
+    } else if (held_here) {  // held in another dtype (state_dtype changed)
+      std::vector<float> wide = held_values(t, s.name, held->second);
       if (s.dtype == DType::F32) {
         p.f32 = std::move(wide);
       } else {
@@ -93,6 +143,19 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
         p.bf16.assign(n, to_16bit(fill, s.dtype));
     }
     out->push_back(std::move(p));
+  }
+  // 8-bit state the step does not read (e.g. amsgrad's, turned off) follows the block size too,
+  // so that every 8-bit buffer of a tensor has the one block size Tensor::state_block records.
+  if (t.state_block == 0 || t.state_block == block) return;
+  for (const auto& [name, buf] : t.state) {
+    if (buf.dtype() != DType::U8 || buf.caller_owned() || kp.has_state(name)) continue;
+    std::vector<float> values = held_values(t, name, buf);
+    if (block > 0) {
+      add_blocked(t, name, values, block, out);
+    } else {
+      PendingState p{&t, name, DType::F32, std::move(values), {}, nullptr};
+      out->push_back(std::move(p));
+    }
   }
 }
 
@@ -116,7 +179,7 @@ void copy_master_on_device(const Impl& impl, const Impl::Tensor& t, DeviceBuffer
 
 void plan_device_state(const Impl& impl, const Impl::Group& g, Impl::Tensor& t,
                        const std::string& who, std::vector<PendingState>* out) {
-  for (const StateSlot& s : g.plan->state) {
+  for (const StateSlot& s : g.plan_of(t).state) {
     if (s.name == kGradAccum) continue;  // (accumulation is refused on the device)
     if (bound_as(t, s, who)) continue;
     if (auto it = t.state.find(s.name); it != t.state.end()) {
@@ -137,10 +200,22 @@ void plan_device_state(const Impl& impl, const Impl::Group& g, Impl::Tensor& t,
 }
 
 void install(PendingState& p) {
+  Impl::Tensor& t = *p.tensor;
+  auto held = t.state.find(p.name);
+  const bool was_8bit = held != t.state.end() && held->second.dtype() == DType::U8;
   StateBuffer b = p.device                ? StateBuffer::device(std::move(p.device))
                   : p.dtype == DType::F32 ? StateBuffer::host(std::move(p.f32))
+                  : p.dtype == DType::U8  ? StateBuffer::host(std::move(p.u8))
                                           : StateBuffer::host(p.dtype, std::move(p.bf16));
-  p.tensor->state.insert_or_assign(p.name, std::move(b));
+  t.state.insert_or_assign(p.name, std::move(b));
+  if (p.dtype == DType::U8) t.state_block = p.block;
+  if (!was_8bit || p.dtype == DType::U8) return;
+  // 8-bit state converted to f32 or 16 bits: its scales go, and with the last 8-bit buffer so
+  // does the block size.
+  t.state.erase(block_scale_name(p.name));
+  if (std::none_of(t.state.begin(), t.state.end(),
+                   [](const auto& s) { return s.second.dtype() == DType::U8; }))
+    t.state_block = 0;
 }
 
 void* state_pointer(Impl::Tensor& t, const std::string& name, DType dtype) {
@@ -149,9 +224,12 @@ void* state_pointer(Impl::Tensor& t, const std::string& name, DType dtype) {
   return b.data();
 }
 
-int64_t bytes_per_step(int64_t numel, const Precision& p, int64_t states) {
+int64_t bytes_per_step(int64_t numel, const Precision& p, int64_t states, int64_t block) {
   int64_t param = p.has_master() ? 4 + 4 + int64_t(dtype_size(p.param))  // master r+w, param w
                                  : 2 * int64_t(dtype_size(p.param));     // param r+w
+  if (block > 0)  // codes read and written, and one f32 scale per block read and written
+    return numel * (param + int64_t(dtype_size(p.grad)) + 2 * states) +
+           2 * states * 4 * block_count(numel, block);
   int64_t per_element =
       param + int64_t(dtype_size(p.grad)) + 2 * states * int64_t(dtype_size(p.state));
   return numel * per_element;

@@ -26,11 +26,14 @@ struct PendingState {
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
   std::shared_ptr<DeviceBuffer> device;  // device tensors: the buffer, already filled
+  std::vector<uint8_t> u8;               // 8-bit state's codes
+  int64_t block = 0;                     // their block size (Tensor::state_block)
 };
 
 // Appends the buffers `t` lacks for group `g`'s kernel: the master copy from the param's values,
 // rule state filled with its initial value, and state held in another dtype (state_dtype or
-// master_weights was changed) converted (RNE to 16 bits, exact to f32).
+// master_weights was changed) converted (RNE to 16 bits, exact to f32, 8-bit state decoded or
+// encoded with its per-block scales; a changed block_size re-encodes).
 // Buffers the caller bound (Optimizer::bind_state) are used as they are; `who` names the tensor.
 void plan_state(const UpdateRule& rule, const Optimizer::Impl::Group& g, Optimizer::Impl::Tensor& t,
                 const std::string& who, std::vector<PendingState>* out);
@@ -45,7 +48,8 @@ void install(PendingState& p);
 // The state buffer a kernel input reads (it exists: step() made it).
 void* state_pointer(Optimizer::Impl::Tensor& t, const std::string& name, DType dtype);
 
-// Bytes one step moves for a tensor of `numel` elements with `states` rule state buffers.
-int64_t bytes_per_step(int64_t numel, const Precision& p, int64_t states);
+// Bytes one step moves for a tensor of `numel` elements with `states` rule state buffers; with
+// `block` > 0, those are 8-bit codes with one f32 scale per block.
+int64_t bytes_per_step(int64_t numel, const Precision& p, int64_t states, int64_t block = 0);
 
 }  // namespace optfuse::optim

@@ -8,10 +8,13 @@
 //   u64 header_size, header              JSON: type, per group: options, per tensor: numel,
 //                                        step, the names of its f32 state buffers ("state"), of
 //                                        its bf16 ones ("state_bf16") and f16 ones ("state_f16",
-//                                        master_weights false; each when any), in order, and
-//                                        (when the rule keeps any) its host state as exact doubles;
+//                                        master_weights false; each when any), of its 8-bit
+//                                        codes ("state_u8", with "block_size"; their scales
+//                                        "<name>.absmax" are f32 state of one value per block),
+//                                        in order, and (when the rule keeps any) its host state
+//                                        as exact doubles;
 //                                        "step": step options, micro_step, scaler (version 2)
-//   data                                 every state buffer, in header order: f32, bf16, f16
+//   data                                 every state buffer, in header order: f32, bf16, f16, u8
 //   u64 hi, u64 lo                       XXH3-128 of everything before it
 // Written to a temporary file and renamed, so a crash never leaves a half-written file in place.
 // Read completely and checked before the optimizer is touched.
@@ -24,6 +27,8 @@
 
 #include "cache/fs.h"
 #include "optfuse/error.h"
+#include "optfuse/kernel.h"
+#include "optim/block_state.h"
 #include "optim/device_support.h"
 #include "optim/optimizer_impl.h"
 #include "optim/options.h"
@@ -119,22 +124,28 @@ void Optimizer::save_state(const std::string& path) const {
   for (const auto& g : impl_->groups) {
     Options tensors = Options::array();
     for (const auto& t : g.tensors) {
-      // The file's order: f32 buffers by name, then bf16 ones, then f16 ones.
-      Options names = Options::array(), names16 = Options::array(), names_f16 = Options::array();
-      for (DType dtype : {DType::F32, DType::BF16, DType::F16})
+      // The file's order: f32 buffers by name, then bf16 ones, f16 ones and u8 ones.
+      Options names = Options::array(), names16 = Options::array(), names_f16 = Options::array(),
+              names_u8 = Options::array();
+      for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::U8})
         for (const auto& [name, buf] : t.state) {
           if (buf.dtype() != dtype) continue;
           // Between accumulation cycles the buffer holds nothing the next step reads.
           if (name == optim::kGradAccum && impl_->control.micro == 0) continue;
           (dtype == DType::F32    ? names
            : dtype == DType::BF16 ? names16
-                                  : names_f16)
+           : dtype == DType::F16  ? names_f16
+                                  : names_u8)
               .push_back(name);
           append_buffer(buf, &data);
         }
       Options entry = {{"numel", t.ref.param.numel}, {"step", t.step}, {"state", names}};
       if (!names16.empty()) entry["state_bf16"] = names16;
       if (!names_f16.empty()) entry["state_f16"] = names_f16;
+      if (!names_u8.empty()) {
+        entry["state_u8"] = names_u8;
+        entry["block_size"] = t.state_block;
+      }
       if (!t.host.empty()) entry["host"] = t.host;  // JSON doubles print with 17 digits: exact
       tensors.push_back(std::move(entry));
     }
@@ -230,23 +241,34 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
                         "param) but the param here is f32");
           return;
         }
-        if (std::find(known.begin(), known.end(), name) == known.end())
+        if (std::find(known.begin(), known.end(), optim::block_state_of(name)) == known.end())
           throw Error(Impl::where(gi, ti, ref) + ": '" + name + "' is not " + type + " state");
         if (t.state.count(name))
           throw Error(Impl::where(gi, ti, ref) + ": state '" + name + "' appears twice");
       };
-      auto read = [&](auto* buf) {
-        size_t n = static_cast<size_t>(numel) * sizeof((*buf)[0]);
+      // 8-bit state: its codes' block size, and one scale per block.
+      const bool has_codes = ft.contains("state_u8");
+      if (has_codes) {
+        t.state_block = ft.at("block_size").get<int64_t>();
+        if (t.state_block < 1 || t.state_block > kMaxRowStateCols)
+          throw Error(Impl::where(gi, ti, ref) + ": block_size " + std::to_string(t.state_block) +
+                      " is out of range");
+      }
+      auto read = [&](auto* buf, int64_t count) {
+        size_t n = static_cast<size_t>(count) * sizeof((*buf)[0]);
         if (n > data_end - pos) throw Error("truncated state data");
-        buf->resize(static_cast<size_t>(numel));
+        buf->resize(static_cast<size_t>(count));
         std::memcpy(buf->data(), bytes.data() + pos, n);
         pos += n;
       };
       for (const auto& entry : ft.at("state")) {
         std::string name = entry.get<std::string>();
         check_name(name);
+        const bool scales = optim::block_state_of(name) != name;
+        if (scales && !has_codes)
+          throw Error(Impl::where(gi, ti, ref) + ": '" + name + "' without 8-bit state");
         std::vector<float> values;
-        read(&values);
+        read(&values, scales ? optim::block_count(numel, t.state_block) : numel);
         t.state.emplace(name, optim::StateBuffer::host(std::move(values)));
       }
       for (DType dtype : {DType::BF16, DType::F16}) {
@@ -258,10 +280,23 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
             throw Error(Impl::where(gi, ti, ref) + ": master weights must be f32");
           check_name(name);
           std::vector<uint16_t> bits;
-          read(&bits);
+          read(&bits, numel);
           t.state.emplace(name, optim::StateBuffer::host(dtype, std::move(bits)));
         }
       }
+      if (has_codes)
+        for (const auto& entry : ft.at("state_u8")) {
+          std::string name = entry.get<std::string>();
+          if (name == optim::kMasterState || optim::block_state_of(name) != name)
+            throw Error(Impl::where(gi, ti, ref) + ": '" + name + "' cannot be 8-bit state");
+          check_name(name);
+          if (!t.state.count(optim::block_scale_name(name)))
+            throw Error(Impl::where(gi, ti, ref) + ": 8-bit state '" + name + "' has no scales ('" +
+                        optim::block_scale_name(name) + "')");
+          std::vector<uint8_t> codes;
+          read(&codes, numel);
+          t.state.emplace(name, optim::StateBuffer::host(std::move(codes)));
+        }
       out.tensors.back().push_back(std::move(t));
     }
   }

@@ -56,7 +56,8 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
   values[kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
   values[kRoundingKey] = 0;                      // per tensor: prepare_call sets it
   memo.values.clear();
-  for (const auto& s : g.plan->kernel->signature().scalars) {
+  // (The group's 8-bit kernel takes the same scalars: plan_group checks.)
+  for (const auto& s : g.plan->dense.kernel->signature().scalars) {
     auto it = values.find(s.name);
     if (it == values.end()) internal_error("rule gave no value for scalar '" + s.name + "'");
     memo.values.push_back(it->second);
@@ -69,45 +70,91 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
   return memo.values;
 }
 
-// `t`'s whole call for this step in `call` (reusing its vectors: no allocation once warm).
+// `t`'s whole call for this step in `call` (reusing its vectors: no allocation once warm). For
+// a tensor with 8-bit state it covers the whole blocks; tail_call() gives the rest.
 void prepare_call(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool created_now,
                   KernelCall& call) {
+  const KernelPlan& kp = g.plan_of(t);
   call.scalars = step_scalars(impl, g, t, created_now);
-  if (g.plan->key_slot >= 0)
-    call.scalars[static_cast<size_t>(g.plan->key_slot)] =
+  if (kp.key_slot >= 0)
+    call.scalars[static_cast<size_t>(kp.key_slot)] =
         rounding_key(g.options.at("rounding_seed").get<uint64_t>(), t.step, t.stream);
   call.n = t.ref.param.numel;
   if (t.epoch != g.plan->epoch)
     internal_error("a tensor's state is not bound to its group's kernel");
-  const KernelSignature& sig = g.plan->kernel->signature();
+  const KernelSignature& sig = kp.kernel->signature();
   call.inputs.resize(sig.inputs.size());
   for (size_t i = 0; i < sig.inputs.size(); ++i)
     call.inputs[i] = input_pointer(t, sig.inputs[i], i);
-  call.outputs.resize(g.plan->output_input.size());
-  for (size_t i = 0; i < g.plan->output_input.size(); ++i)
-    call.outputs[i] = call.inputs[g.plan->output_input[i]];
+  call.outputs.resize(kp.output_input.size());
+  for (size_t i = 0; i < kp.output_input.size(); ++i)
+    call.outputs[i] = call.inputs[kp.output_input[i]];
   // Only a per-row kernel reads cols: a gradient-centralized graph (only on >= 2 dims, where
-  // its rows are row_cols()) or a custom graph with row_* ops.
+  // its rows are row_cols()), a custom graph with row_* ops, or 8-bit state (rows are blocks).
   call.cols = t.kernel->signature().per_row ? t.row_cols() : 0;
+  if (t.blocked) {
+    call.cols = g.plan->blocking.block;
+    call.n -= call.n % call.cols;
+  }
   call.device = impl.memory == Memory::Cuda;
   call.cuda_stream = impl.cuda_stream;
   call.serial = false;
+}
+
+// `lane` = `whole` moved to element `begin` for `n` elements: element tensors by `begin`
+// elements, row state by begin / cols rows (`begin` starts a row).
+void slice_call(const KernelSignature& sig, const KernelCall& whole, int64_t begin, int64_t n,
+                KernelCall& lane) {
+  const int64_t row = whole.cols > 0 ? begin / whole.cols : 0;
+  auto at = [&](void* p, DType t, bool rows) {
+    return static_cast<void*>(static_cast<char*>(p) +
+                              (rows ? row : begin) * static_cast<int64_t>(dtype_size(t)));
+  };
+  lane.scalars = whole.scalars;
+  lane.inputs.resize(whole.inputs.size());
+  for (size_t i = 0; i < lane.inputs.size(); ++i)
+    lane.inputs[i] = at(whole.inputs[i], sig.inputs[i].dtype, sig.inputs[i].role == Role::RowState);
+  lane.outputs.resize(whole.outputs.size());
+  for (size_t i = 0; i < lane.outputs.size(); ++i)
+    lane.outputs[i] = at(whole.outputs[i], sig.outputs[i].dtype, sig.outputs[i].row_state);
+  lane.n = n;
+  lane.cols = whole.cols;
+  lane.device = whole.device;
+  lane.cuda_stream = whole.cuda_stream;
+  lane.serial = false;
+}
+
+// The last, shorter block of a tensor with 8-bit state, as a call of its own (one row of `tail`
+// elements) after `whole`'s blocks; false if its blocks cover it. With stochastic rounding it
+// draws from another stream than the tensor's first elements, which start at index 0 too.
+bool tail_call(const Impl::Group& g, const Impl::Tensor& t, const KernelCall& whole,
+               KernelCall& tail) {
+  const int64_t rest = t.ref.param.numel - whole.n;
+  if (!t.blocked || rest == 0) return false;
+  const KernelPlan& kp = g.plan_of(t);
+  slice_call(kp.kernel->signature(), whole, whole.n, rest, tail);
+  tail.cols = rest;
+  if (kp.key_slot >= 0)
+    tail.scalars[static_cast<size_t>(kp.key_slot)] =
+        rounding_key(g.options.at("rounding_seed").get<uint64_t>(), t.step, ~t.stream);
+  return true;
 }
 
 // Whether `t`'s call may run as slices in the round: host memory, a dense gradient, and a
 // kernel whose elements do not depend on where the call starts (no whole-tensor reduction, no
 // stochastic rounding, which draws its bits by element index).
 bool sliceable(const Impl& impl, const Impl::Group& g, const Impl::Tensor& t) {
-  return impl.memory == Memory::Host && !t.sparse.set && g.plan->key_slot < 0 &&
+  return impl.memory == Memory::Host && !t.sparse.set && g.plan_of(t).key_slot < 0 &&
          !t.kernel->signature().reduces;
 }
 
-// Appends `t`'s slices (its call is round.calls[call]): one for a tensor that fits a single task,
-// else near-equal slices of whole vectors (whole rows for a per-row kernel), each run serially
-// with prefetches (KernelCall::serial).
-void add_slices(Impl::Round& round, uint32_t call, const Impl::Tensor& t, int64_t cols) {
-  const Schedule& s = t.kernel->schedule();
-  const int64_t n = t.ref.param.numel;
+// Appends the slices of round.calls[call]: one for a call that fits a single task, else
+// near-equal slices of whole vectors (whole rows for a per-row kernel), each run serially with
+// prefetches (KernelCall::serial). None for an empty call.
+void add_slices(Impl::Round& round, uint32_t call, const Schedule& s) {
+  const KernelCall& whole = round.calls[call].call;
+  const int64_t n = whole.n, cols = whole.cols;
+  if (n == 0) return;
   if (n <= s.min_task) {
     round.slices.push_back({call, 0, n, false});
     return;
@@ -126,20 +173,7 @@ void add_slices(Impl::Round& round, uint32_t call, const Impl::Tensor& t, int64_
 // slice's first element.
 void run_slice(const Impl::Round& round, const Impl::Round::Slice& slice, KernelCall& lane) {
   const Impl::Round::Call& c = round.calls[slice.call];
-  const KernelSignature& sig = c.kernel->signature();
-  auto at = [&](void* p, DType t) {
-    return static_cast<void*>(static_cast<char*>(p) +
-                              slice.begin * static_cast<int64_t>(dtype_size(t)));
-  };
-  lane.scalars = c.call.scalars;
-  lane.inputs.resize(c.call.inputs.size());
-  for (size_t i = 0; i < lane.inputs.size(); ++i)
-    lane.inputs[i] = at(c.call.inputs[i], sig.inputs[i].dtype);
-  lane.outputs.resize(c.call.outputs.size());
-  for (size_t i = 0; i < lane.outputs.size(); ++i)
-    lane.outputs[i] = at(c.call.outputs[i], sig.outputs[i].dtype);
-  lane.n = slice.n;
-  lane.cols = c.call.cols;
+  slice_call(c.kernel->signature(), c.call, slice.begin, slice.n, lane);
   lane.serial = slice.serial;
   c.kernel->run(lane);
 }
@@ -165,6 +199,10 @@ void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
   round.lanes.resize(static_cast<size_t>(std::max(threads, 1)));
   round.slices.clear();
   size_t calls = 0;
+  auto next_call = [&]() -> Impl::Round::Call& {
+    if (round.calls.size() <= calls) round.calls.resize(calls + 1);
+    return round.calls[calls];
+  };
   for (auto& g : impl.groups) {
     g.memo.valid = false;
     for (auto& t : g.tensors) {
@@ -174,18 +212,24 @@ void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
         prepare_call(impl, g, t, created_now(t), call);
         if (t.sparse.set) {  // only the touched rows, one call per run of consecutive rows
           const std::vector<void*> base = call.inputs;
-          run_sparse(*t.kernel, g.plan->output_input, call, base, t.sparse);
-        } else {
-          t.kernel->run(call);
+          run_sparse(*t.kernel, g.plan_of(t).output_input, call, base, t.sparse);
+          continue;
         }
+        if (call.n > 0) t.kernel->run(call);
+        if (KernelCall tail; tail_call(g, t, call, tail)) t.kernel->run(tail);
         continue;
       }
-      if (round.calls.size() <= calls) round.calls.resize(calls + 1);
-      Impl::Round::Call& c = round.calls[calls];
+      Impl::Round::Call& c = next_call();
       c.kernel = t.kernel.get();
       prepare_call(impl, g, t, created_now(t), c.call);
-      add_slices(round, static_cast<uint32_t>(calls), t, c.call.cols);
+      add_slices(round, static_cast<uint32_t>(calls), t.kernel->schedule());
       ++calls;
+      Impl::Round::Call& tail = next_call();
+      if (tail_call(g, t, round.calls[calls - 1].call, tail.call)) {
+        tail.kernel = t.kernel.get();
+        round.slices.push_back({static_cast<uint32_t>(calls), 0, tail.call.n, false});
+        ++calls;
+      }
     }
   }
   // Claims: runs of consecutive slices of at least kClaimElems elements.

@@ -25,6 +25,7 @@ from .._engine import engine
 
 _DTYPE_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
+                 "u8": torch.uint8,
                  "f64": torch.float64}
 
 # Optimizer-wide step features (C++ StepOptions, include/optfuse/optim.h); constructor keywords.
@@ -33,7 +34,7 @@ STEP_OPTIONS = ("max_grad_norm", "norm_type", "error_if_nonfinite", "loss_scale"
                 "accumulation")
 # Group options every optfuse optimizer takes besides torch's (mixed precision, GC).
 EXTRA_GROUP_OPTIONS = ("state_dtype", "master_weights", "stochastic_rounding", "rounding_seed",
-                       "grad_centralization")
+                       "grad_centralization", "block_size", "min_8bit_size")
 # torch flags that choose torch's implementation: accepted (optfuse is always fused), or refused.
 _IMPLEMENTATION_FLAGS = ("foreach", "fused")
 _REFUSED_FLAGS = ("capturable", "differentiable")
@@ -56,6 +57,58 @@ def _plain(value: Any) -> Any:
 
 def _name(gi: int, pi: int, p: torch.Tensor) -> str:
     return f"param group {gi}, param {pi} (shape {tuple(p.shape)}, {p.dtype})"
+
+
+# The group options that decide which tensors have 8-bit state and its blocks.
+_BLOCKING_KEYS = ("state_dtype", "block_size", "min_8bit_size")
+# block_size's default (blocking_defaults() in src/optim/block_state.cpp), for groups that leave
+# it out.
+_DEFAULT_BLOCK = 256
+
+
+def _encode_8bit(name: str, values: torch.Tensor, block: int):
+    """8-bit state `name` of `values`: (u8 codes shaped like them, f32 scales per block)."""
+    v = values.detach().to(torch.float32).contiguous()
+    n = v.numel()
+    codes = torch.empty(v.shape, dtype=torch.uint8)
+    scales = torch.empty(((n + block - 1) // block,), dtype=torch.float32)
+    _core.encode_8bit_state(name, block, v.data_ptr(), n, codes.data_ptr(), scales.data_ptr())
+    return codes, scales
+
+
+def _decode_8bit(name: str, codes: torch.Tensor, scales: torch.Tensor, block: int, who: str):
+    n = codes.numel()
+    if scales is None:
+        raise ValueError(f"{who}: 8-bit state '{name}' has no scales ('{name}.absmax')")
+    if scales.dtype != torch.float32 or scales.numel() != (n + block - 1) // block:
+        raise ValueError(f"{who}: state '{name}.absmax' has {scales.numel()} {scales.dtype} "
+                         f"values, the codes of block_size {block} need "
+                         f"{(n + block - 1) // block} float32 ones")
+    c, s = codes.contiguous(), scales.contiguous()
+    values = torch.empty(codes.shape, dtype=torch.float32)
+    _core.decode_8bit_state(name, block, c.data_ptr(), s.data_ptr(), n, values.data_ptr())
+    return values
+
+
+def _convert_8bit(st: dict, spec, p, old_block: int, block: int, who: str) -> None:
+    """Converts `p`'s state in ``optimizer.state`` (`st`) to the 8-bit or plain buffers `spec`
+    names: float state encoded, 8-bit state decoded, or re-encoded at a new block size (its
+    scales "<name>.absmax" go with it). What the kernels then read is what C++ would convert."""
+    want = {s[0]: s[1] for s in spec}
+    for name in [n for n in st if not n.endswith(".absmax")]:
+        t = st[name]
+        if not isinstance(t, torch.Tensor):
+            continue
+        held_8bit = t.dtype == torch.uint8
+        if want.get(name) == "u8":
+            if held_8bit and old_block == block:
+                continue
+            values = (_decode_8bit(name, t, st.get(name + ".absmax"), old_block, who)
+                      if held_8bit else t)
+            st[name], st[name + ".absmax"] = _encode_8bit(name, values, block)
+        elif held_8bit and (name in want or old_block != block):
+            # f32 or 16-bit state now (or state this step does not read, kept decoded)
+            st[name] = _decode_8bit(name, t, st.pop(name + ".absmax", None), old_block, who)
 
 
 class _Group:
@@ -96,9 +149,11 @@ class _Binding:
             if not active:
                 continue
             params = [group["params"][i] for i in active]
-            keys = [k for k in group if k in known]
+            # (8-bit state's options also when a group gains them later: they change buffers.)
+            keys = [k for k in group if k in known] + [
+                k for k in _BLOCKING_KEYS if k in known and k not in group]
             g = _Group(gi, len(self.groups), params, active, keys)
-            g.synced = {k: _plain(group[k]) for k in keys}
+            g.synced = {k: _plain(group[k]) for k in keys if k in group}
             entries = []
             for i, p in zip(active, params):
                 grad = opt._optfuse_dense_grad(p, gi, i)
@@ -112,22 +167,26 @@ class _Binding:
         for g in self.groups:
             self.bind_state(opt, g)
 
-    def bind_state(self, opt: "FusedOptimizer", g: _Group) -> None:
+    def bind_state(self, opt: "FusedOptimizer", g: _Group, old_block: Optional[int] = None) -> None:
         """Binds every state buffer of `g`'s params to its tensor in ``opt.state`` (made now,
-        with torch's initial values, where missing)."""
-        spec = self.core.state_spec(g.cpp)
-        g.spec = spec
+        with torch's initial values, where missing). 8-bit state held at block size
+        `old_block` (default: the group's) is converted to what the step needs."""
+        g.spec = self.core.state_spec(g.cpp)
         g.states = []
         fresh = opt._optfuse_fresh
-        names = {s[0] for s in spec}
+        block = int(g.synced.get("block_size", _DEFAULT_BLOCK))
+        old_block = block if old_block is None else int(old_block)
         for k, p in enumerate(g.params):
+            spec = self.core.state_spec(g.cpp, k)  # (8-bit state: the tensor's own buffers)
+            names = {s[0] for s in spec}
             st = opt.state[p]
             g.states.append(st)
             if "master" not in names:
                 # master_weights=False: the param is the value (a kept copy would be stale if
                 # master weights came back), and state_dict() is then torch's own layout.
                 st.pop("master", None)
-            for name, dtype, initial, from_param in spec:
+            _convert_8bit(st, spec, p, old_block, block, _name(g.index, g.active[k], p))
+            for name, dtype, initial, from_param, numel in spec:
                 want = _TORCH_DTYPES[dtype]
                 t = st.get(name)
                 made = t is None
@@ -140,12 +199,15 @@ class _Binding:
                     if from_param:  # the f32 master copy of a 16-bit param
                         t = p.detach().to(dtype=want, memory_format=torch.contiguous_format,
                                           copy=True)
+                    elif numel != p.numel():  # 8-bit state's scales: one per block
+                        t = torch.full((numel,), initial, dtype=want)
+                        fresh.add(id(t))
                     else:
                         t = torch.full_like(p, initial, dtype=want,
                                             memory_format=torch.contiguous_format)
                         fresh.add(id(t))  # new state until a step is applied with it
                 else:
-                    t = self._checked_state(t, p, name, want, g.index, g.active[k])
+                    t = self._checked_state(t, p, name, want, g.index, g.active[k], numel)
                 st[name] = t
                 self.keep.append(t.untyped_storage())
                 self.core.bind_state(g.cpp, k, name, t.data_ptr(), t.numel(), dtype,
@@ -162,12 +224,17 @@ class _Binding:
                                       "f64" if s.dtype == torch.float64 else "f32")
 
     @staticmethod
-    def _checked_state(t, p, name, want, gi, pi) -> torch.Tensor:
+    def _checked_state(t, p, name, want, gi, pi, numel=None) -> torch.Tensor:
         """A state tensor from the user or a checkpoint, as the kernel needs it."""
         where = f"{_name(gi, pi, p)}: state '{name}'"
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{where} is a {type(t).__name__}, not a tensor")
-        if t.shape != p.shape:
+        if numel is not None and numel != p.numel():  # 8-bit state's scales
+            if t.shape != (numel,):
+                raise ValueError(f"{where} has shape {tuple(t.shape)}, the state needs "
+                                 f"({numel},): one scale per block (was it made with another "
+                                 "block_size?)")
+        elif t.shape != p.shape:
             raise ValueError(f"{where} has shape {tuple(t.shape)}, the param {tuple(p.shape)}")
         if t.dtype != want or t.device != p.device or not t.is_contiguous():
             t = t.to(dtype=want, device=p.device, memory_format=torch.contiguous_format,
@@ -276,7 +343,7 @@ class FusedOptimizer:
         return _undecorated("state_dict")(self)
 
     def load_state_dict(self, state_dict: dict) -> None:
-        # torch casts floating state to the param's dtype; keep f32 state of 16-bit params f32.
+        # torch casts state to the param's dtype; keep f32 state of 16-bit params f32.
         # (Saved ids map to params through the saved groups' "params" lists, as torch maps them.)
         raw = state_dict.get("state", {})
         saved_groups = state_dict.get("param_groups", [])
@@ -289,12 +356,15 @@ class FusedOptimizer:
                     group[k] = self.defaults[k]
         ids = {i: p for sg, g in zip(saved_groups, self.param_groups)
                for i, p in zip(sg["params"], g["params"])}
+        # It casts 8-bit state's u8 codes too: they are restored as saved.
         for idx, saved in raw.items():
             p = ids.get(idx)
-            if p is None or p.dtype not in (torch.bfloat16, torch.float16):
+            if p is None:
                 continue
+            low = p.dtype in (torch.bfloat16, torch.float16)
             for k, v in saved.items():
-                if isinstance(v, torch.Tensor) and k != "step" and v.dtype == torch.float32:
+                if isinstance(v, torch.Tensor) and k != "step" and (
+                        v.dtype == torch.uint8 or (low and v.dtype == torch.float32)):
                     self.state[p][k] = v.to(device=p.device, copy=True)
         self._optfuse_binding = None
 
@@ -426,7 +496,11 @@ class FusedOptimizer:
         # Hyperparameters: those that changed since the last step.
         synced = g.synced
         changed = False
+        old_block = synced.get("block_size", _DEFAULT_BLOCK)
+        blocking = tuple(synced.get(k) for k in _BLOCKING_KEYS)
         for key in g.keys:
+            if key not in group:
+                continue
             v = group[key]
             if isinstance(v, (torch.Tensor, tuple, list)):
                 v = _plain(v)
@@ -434,8 +508,10 @@ class FusedOptimizer:
                 b.core.set(g.cpp, key, v)
                 synced[key] = v
                 changed = True
-        if changed and b.core.state_spec(g.cpp) != g.spec:
-            b.bind_state(self, g)  # the structure changed (e.g. amsgrad, state_dtype)
+        if changed and (b.core.state_spec(g.cpp) != g.spec or
+                        tuple(synced.get(k) for k in _BLOCKING_KEYS) != blocking):
+            # the structure changed (e.g. amsgrad, state_dtype, block_size)
+            b.bind_state(self, g, old_block)
 
     _optfuse_sparse = False
 
