@@ -70,6 +70,29 @@ struct Bound {
   }
 };
 
+// The triples' times (8-bit, f32 state, ceiling) and the counters they give.
+struct Triples {
+  std::vector<double> q8, f32, ceiling, speedups, shares;
+  void add(benchmark::State& state, double tq, double tf, double tc) {
+    state.SetIterationTime(tq);
+    q8.push_back(tq);
+    f32.push_back(tf);
+    ceiling.push_back(tc);
+    speedups.push_back(tf / tq);
+    shares.push_back(tc / tq);
+  }
+  void report(benchmark::State& state, double bytes, int64_t n) const {
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+    state.counters["step_ms"] = median(q8) * 1e3;
+    state.counters["f32_ms"] = median(f32) * 1e3;
+    state.counters["ceiling_ms"] = median(ceiling) * 1e3;
+    state.counters["speedup"] = median(speedups);
+    state.counters["share"] = median(shares);
+    state.counters["B_per_elem"] = bytes / static_cast<double>(n);
+    state.counters["GBps"] = bytes / median(q8) / 1e9;
+  }
+};
+
 void BM_BlockState(benchmark::State& state) {
   const int64_t n = state.range(0), blocks = n / kBlock;
   try {
@@ -101,26 +124,13 @@ void BM_BlockState(benchmark::State& state) {
                {{"param", a[2]}, {"grad", a[3]}, {"exp_avg", a[4]}, {"exp_avg_sq", a[5]}}, scalars,
                n);
     for (int i = 0; i < 2; ++i) quantized.time(), ceiling.time(), full.time();  // first touch
-    std::vector<double> t_q8, t_f32, t_ceiling, speedups, shares;
+    Triples times;
     for (auto _ : state) {
       const double tq = quantized.time();
-      state.SetIterationTime(tq);
       const double tf = full.time(), tc = ceiling.time();
-      t_q8.push_back(tq);
-      t_f32.push_back(tf);
-      t_ceiling.push_back(tc);
-      speedups.push_back(tf / tq);
-      shares.push_back(tc / tq);
+      times.add(state, tq, tf, tc);
     }
-    const double bytes = 16.0 * n + 16.0 * blocks;
-    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
-    state.counters["step_ms"] = median(t_q8) * 1e3;
-    state.counters["f32_ms"] = median(t_f32) * 1e3;
-    state.counters["ceiling_ms"] = median(t_ceiling) * 1e3;
-    state.counters["speedup"] = median(speedups);
-    state.counters["share"] = median(shares);
-    state.counters["B_per_elem"] = bytes / static_cast<double>(n);
-    state.counters["GBps"] = bytes / median(t_q8) / 1e9;
+    times.report(state, 16.0 * n + 16.0 * blocks, n);
     state.SetLabel(label(*quantized.kernel));
   } catch (const std::exception& ex) {
     state.SkipWithError(ex.what());
@@ -133,7 +143,7 @@ void BM_BlockStateStep(benchmark::State& state) {
     Arrays a(6, n);  // each optimizer's param and grad, the ceiling's
     auto make = [&](float* p, float* g, Options group) {
       auto opt = Optimizer::create(block_engine(), {{"type", "adamw"}});
-      opt->add_param_group({{{p, n}, {g, n}, "w"}}, std::move(group));
+      opt->add_param_group({{{p, n, {n}}, {g, n, {n}}, "w"}}, std::move(group));
       return opt;
     };
     auto q8 = make(a[0], a[1], {{"state_dtype", "int8"}, {"block_size", kBlock}});
@@ -154,26 +164,13 @@ void BM_BlockStateStep(benchmark::State& state) {
       o.step();
       return seconds_since(t0);
     };
-    std::vector<double> t_q8, t_f32, t_ceiling, speedups, shares;
+    Triples times;
     for (auto _ : state) {
       const double tq = timed(*q8);
-      state.SetIterationTime(tq);
       const double tf = timed(*f32), tc = ceiling.time();
-      t_q8.push_back(tq);
-      t_f32.push_back(tf);
-      t_ceiling.push_back(tc);
-      speedups.push_back(tf / tq);
-      shares.push_back(tc / tq);
+      times.add(state, tq, tf, tc);
     }
-    const double bytes = static_cast<double>(q8->bytes_per_step());
-    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
-    state.counters["step_ms"] = median(t_q8) * 1e3;
-    state.counters["f32_ms"] = median(t_f32) * 1e3;
-    state.counters["ceiling_ms"] = median(t_ceiling) * 1e3;
-    state.counters["speedup"] = median(speedups);
-    state.counters["share"] = median(shares);
-    state.counters["B_per_elem"] = bytes / static_cast<double>(n);
-    state.counters["GBps"] = bytes / median(t_q8) / 1e9;
+    times.report(state, static_cast<double>(q8->bytes_per_step()), n);
     auto uses = q8->kernel_uses();
     state.SetLabel(uses.empty() ? "" : uses[0].name + " " + uses[0].key.substr(0, 16));
   } catch (const std::exception& ex) {

@@ -101,6 +101,29 @@ TEST_F(CacheCli, SixteenBitSpecWarmsWhatAStepInAnotherProcessLoads) {
   EXPECT_GE(e.counters().disk_hits, 4);
 }
 
+TEST_F(CacheCli, EightBitStateSpecWarmsBothKernelsAStepLoads) {
+  // "state_dtype": "int8": the 1600-element embedding (>= min_8bit_size 1024) runs the 8-bit
+  // kernel, the 160-element head the f32-state one; warm-up compiles both, a step compiles none.
+  const std::string spec = std::string(OPTFUSE_TEST_DATA_DIR) + "/specs/tiny_int8.json";
+  Result r = cli({"warmup", "--spec", spec, "--cache-dir", cache(), "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.json()["kernels"], 2);
+
+  EngineOptions eo;
+  eo.cache_dir = cache();
+  Engine e(eo);
+  auto opt = Optimizer::create(
+      e, {{"type", "adamw"}, {"lr", 1e-3}, {"state_dtype", "int8"}, {"min_8bit_size", 1024}});
+  std::vector<float> embed(1600, 1.0f), embed_g(1600, 0.5f), head(160, 1.0f), head_g(160, 0.5f);
+  opt->add_param_group({{{embed.data(), 1600, {100, 16}}, {embed_g.data(), 1600}, "embed.weight"},
+                        {{head.data(), 160, {16, 10}}, {head_g.data(), 160}, "head.weight"}});
+  opt->step();
+  EXPECT_EQ(e.counters().compiles, 0);
+  EXPECT_GE(e.counters().disk_hits, 2);
+  EXPECT_EQ(opt->state_ref(0, 0, "exp_avg").dtype, DType::U8);
+  EXPECT_EQ(opt->state_ref(0, 1, "exp_avg").dtype, DType::F32);
+}
+
 TEST_F(CacheCli, WarmDemoCompilesNothing) {
   std::vector<std::string> demo = {"demo", "--cache-dir", cache(), "--layers", "1", "--d-model",
                                    "64",   "--vocab",     "256",   "--steps",  "1", "--json"};

@@ -21,12 +21,16 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "optfuse/engine.h"
 #include "optfuse/error.h"
 #include "optfuse/optim.h"
+#include "optim/options.h"
+#include "optim/precision.h"
+#include "optim/rule.h"
 #include "support/engine.h"
 #include "support/optim_util.h"
 
@@ -288,6 +292,102 @@ TEST(OptimInt8, StateConvertsBetweenDtypesAndBlockSizes) {
     ASSERT_NEAR((*back)[i], want[i], 1e-6 * (m.absmax[i / 64] + std::fabs(want[i])) + 1e-12) << i;
   EXPECT_EQ(opt->state_ref(0, 0, "exp_avg.absmax").data, nullptr);
 }
+
+// Every rule whose update does not reduce, with each of its states in 8 bits: one step of the
+// optimizer against the interpreter (double) on the same 8-bit graph, from the state the
+// optimizer holds. Tolerances as at the top of this file, except for params: the rules' f32
+// steps against double, within 4 ulps of the param plus 1e-6 of lr; Lion's sign(c) may flip
+// where c rounds across 0, so up to 1e-3 of the params may differ by more.
+struct RuleCase {
+  const char* type;
+  Options options;
+};
+
+class EveryRule : public ::testing::TestWithParam<RuleCase> {};
+
+TEST_P(EveryRule, StepMatchesTheInterpreterOnTheHeldState) {
+  const RuleCase& c = GetParam();
+  const int64_t n = 64 * 256;
+  Options config = c.options;
+  config["type"] = c.type;
+  config["state_dtype"] = "int8";
+  config["min_8bit_size"] = 0;
+  Model model = Model::make({{size_t(n)}}, 17);
+  auto opt = Optimizer::create(testing::shared_engine(), config);
+  opt->add_param_group(model.refs(0));
+  auto rule = optim::make_rule(c.type);
+  const Options h = optim::merge(optim::with_precision_defaults(rule->defaults()), c.options,
+                                 c.type, "param group");
+  optim::HostState host = rule->initial_host_state();
+  std::map<std::string, double> scalars;
+  for (int step = 1; step <= 3; ++step) {
+    model.fill_grads(step);
+    scalars.clear();
+    rule->scalars(h, optim::TensorStep{step, step == 1, &host}, &scalars);
+    if (step < 3) {
+      opt->step();
+      continue;
+    }
+    const Graph g = update_graph(config, {}, DType::F32, DType::F32, n);
+    std::map<std::string, std::vector<double>> tensors;
+    const std::vector<float>& p = model.groups[0][0].p;
+    tensors["param"] = {p.begin(), p.end()};
+    tensors["grad"] = {model.groups[0][0].g.begin(), model.groups[0][0].g.end()};
+    std::vector<std::string> coded;
+    for (const Node& node : g.nodes()) {
+      if (node.op != Op::Input || (node.role != Role::State && node.role != Role::RowState))
+        continue;
+      const TensorRef r = opt->state_ref(0, 0, node.name);
+      ASSERT_NE(r.data, nullptr) << c.type << ": " << node.name;
+      ASSERT_EQ(r.dtype, node.dtype) << c.type << ": " << node.name;
+      std::vector<double>& t = tensors[node.name];
+      for (int64_t i = 0; i < r.numel; ++i)
+        t.push_back(r.dtype == DType::U8 ? static_cast<const uint8_t*>(r.data)[i]
+                                         : static_cast<const float*>(r.data)[i]);
+      if (r.dtype == DType::U8) coded.push_back(node.name);
+    }
+    ASSERT_FALSE(coded.empty()) << c.type;
+    std::map<std::string, double> used;
+    for (const Node& node : g.nodes())
+      if (node.op == Op::Scalar) used[node.name] = scalars.at(node.name);
+    const auto want = interpret(g, tensors, used, 256);
+    opt->step();
+    for (const std::string& name : coded) {
+      const Held got = held(*opt, 0, 0, name);
+      const std::vector<double>& codes = want.at(name);
+      const std::vector<double>& scales = want.at(name + ".absmax");
+      size_t off_by_one = 0;
+      for (size_t b = 0; b < scales.size(); ++b)
+        ASSERT_NEAR(got.absmax[b], scales[b], std::ldexp(std::fabs(scales[b]), -20))
+            << c.type << " " << name << " block " << b;
+      for (int64_t i = 0; i < n; ++i) {
+        const int d = int(got.codes[i]) - int(codes[i]);
+        ASSERT_LE(std::abs(d), 1) << c.type << " " << name << " element " << i;
+        off_by_one += d != 0;
+      }
+      EXPECT_LE(off_by_one, size_t(n) / 1000 + 1) << c.type << " " << name;
+    }
+    const double lr = h.at("lr").get<double>();
+    size_t far = 0;
+    for (int64_t i = 0; i < n; ++i)
+      far += std::fabs(p[i] - want.at("param")[i]) >
+             4 * std::ldexp(std::fabs(want.at("param")[i]), -24) + 1e-6 * lr;
+    EXPECT_LE(far, size_t(n) / 1000) << c.type;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    OptimInt8, EveryRule,
+    ::testing::Values(RuleCase{"sgd", {{"lr", 1e-2}, {"momentum", 0.9}}},
+                      RuleCase{"sgd", {{"lr", 1e-2}, {"momentum", 0.9}, {"nesterov", true}}},
+                      RuleCase{"adam", {{"lr", 1e-2}, {"amsgrad", true}}},
+                      RuleCase{"adagrad", {{"lr", 1e-2}, {"initial_accumulator_value", 0.1}}},
+                      RuleCase{"rmsprop", {{"lr", 1e-3}, {"momentum", 0.9}, {"centered", true}}},
+                      RuleCase{"adamax", {{"lr", 1e-2}}}, RuleCase{"nadam", {{"lr", 1e-2}}},
+                      RuleCase{"radam", {{"lr", 1e-2}}}, RuleCase{"lion", {{"lr", 1e-3}}}),
+    [](const ::testing::TestParamInfo<RuleCase>& info) {
+      return std::string(info.param.type) + "_" + std::to_string(info.index);
+    });
 
 std::string error_of(const std::function<void()>& f) {
   try {
