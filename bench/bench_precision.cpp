@@ -5,6 +5,7 @@
 // Variants (bytes per element: param, grad, state; see Optimizer::bytes_per_step):
 //   f32                 f32 params, f32 state                                28
 //   f32_state_bf16      f32 params, bf16 state                               20
+//   f32_state_int8      f32 params, 8-bit state, one f32 scale per 256       16.06
 //   bf16_master         bf16 params + f32 master copy, f32 state             28
 //   bf16_master_bf16    bf16 params + f32 master copy, bf16 state            20
 //   bf16_no_master      bf16 params, no master, bf16 state (torch's way)     14
@@ -14,7 +15,10 @@
 // The ceiling of a variant is the 4-read-3-write graph (tools/bandwidth.h, p' = p + g, m' = m + g,
 // v' = v + g) as an optimizer (ceiling_optimizer_type) with the SAME precision options and
 // tensor dtypes, so the precision transform gives it exactly the variant's loads and stores
-// (checked: equal bytes_per_step) with trivial arithmetic. Counters: `step_ms` (median step),
+// (checked: equal bytes_per_step) with trivial arithmetic. For f32_state_int8 the ceiling's state
+// is 8-bit too, so it also decodes, takes the block maxima and encodes: its share says what
+// AdamW's own arithmetic costs on top of the 8-bit codec (bench_block_state times the 8-bit step
+// against a ceiling without the codec). Counters: `step_ms` (median step),
 // `ceiling_ms`, `share` = median over pairs of ceiling time / step time (each timed step is
 // followed by one timed ceiling step, so both see the same machine state), `B_per_elem`, `GBps`.
 // bench/report.py plots step_ms against B_per_elem.
@@ -41,6 +45,7 @@ struct Variant {
 const std::vector<Variant> kVariants = {
     {"f32", DType::F32, Options::object()},
     {"f32_state_bf16", DType::F32, {{"state_dtype", "bf16"}}},
+    {"f32_state_int8", DType::F32, {{"state_dtype", "int8"}}},
     {"bf16_master", DType::BF16, Options::object()},
     {"bf16_master_bf16", DType::BF16, {{"state_dtype", "bf16"}}},
     {"bf16_no_master", DType::BF16, {{"master_weights", false}}},

@@ -12,6 +12,7 @@ def human(n):  # as report.py writes sizes
 # bench_precision's variants: label, colour.
 PRECISION_VARIANTS = [("f32", "f32 params, f32 state"),
                       ("f32_state_bf16", "f32 params, bf16 state"),
+                      ("f32_state_int8", "f32 params, 8-bit state (state_dtype int8)"),
                       ("bf16_master", "bf16 params + f32 master, f32 state"),
                       ("bf16_master_bf16", "bf16 params + f32 master, bf16 state"),
                       ("bf16_no_master", "bf16 params, no master (torch's way)"),
