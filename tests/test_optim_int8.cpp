@@ -398,6 +398,44 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+TEST(OptimInt8, CallerOwnedStateFollowsTheTensorsSpec) {
+  // A framework that keeps the state (the Python package) binds the codes and the scales the
+  // tensor's spec lists; after block_size changes, a step with the old buffers is refused.
+  Model model = Model::make({{1000}}, 19);
+  auto opt = Optimizer::create(testing::shared_engine(), int8_config(256, 0));
+  opt->add_param_group(model.refs(0));
+  std::map<std::string, std::vector<uint8_t>> codes;
+  std::map<std::string, std::vector<float>> scales;
+  for (const Optimizer::StateSpec& s : opt->state_spec(0, 0)) {
+    if (s.dtype == DType::U8) {
+      EXPECT_EQ(s.numel, 1000) << s.name;
+      codes[s.name].assign(1000, static_cast<uint8_t>(s.initial));
+      opt->bind_state(0, 0, s.name, {codes[s.name].data(), 1000, {}, DType::U8}, true);
+    } else {
+      EXPECT_EQ(s.numel, 4) << s.name;  // ceil(1000 / 256)
+      EXPECT_EQ(s.initial, 0.0) << s.name;
+      scales[s.name].assign(4, 0.0f);
+      opt->bind_state(0, 0, s.name, {scales[s.name].data(), 4}, true);
+    }
+  }
+  ASSERT_EQ(codes.size(), 2u);
+  EXPECT_EQ(codes.at("exp_avg")[0], 127);  // zero in the signed linear map
+  EXPECT_EQ(codes.at("exp_avg_sq")[0], 0);
+  model.fill_grads(1);
+  opt->step();
+  EXPECT_GT(scales.at("exp_avg.absmax")[0], 0.0f);  // the kernel wrote the caller's buffers
+  opt->set(0, "block_size", 128);
+  const std::vector<float> before = model.groups[0][0].p;
+  try {
+    opt->step();
+    FAIL() << "a step ran on scales of another block size";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bind new buffers"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(opt->step_count(0, 0), 1);
+  EXPECT_EQ(model.groups[0][0].p, before);
+}
+
 TEST(OptimInt8, RefusesWhatItCannotRun) {
   Model model = Model::make({{8192}}, 13);
   auto opt = Optimizer::create(testing::shared_engine(), {{"type", "adamw"}});

@@ -109,8 +109,23 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
   const int64_t block = t.blocked ? g.plan->blocking.block : 0;
   for (const StateSlot& s : kp.state) {
     if (s.name == kGradAccum) continue;  // made by the accumulation micro-steps (step_control.cpp)
-    if (s.rows) continue;                // made with its codes
-    if (bound_as(t, s, who)) continue;
+    if (s.rows) {  // made with its codes; a caller's must have one scale per block
+      auto b = t.state.find(s.name);
+      const int64_t want = block_count(t.ref.param.numel, block);
+      if (b != t.state.end() && b->second.caller_owned() && b->second.numel() != want)
+        throw Error(who + ": the caller's state '" + s.name + "' has " +
+                    std::to_string(b->second.numel()) + " scales but blocks of " +
+                    std::to_string(block) + " need " + std::to_string(want) +
+                    " (block_size changed?): bind new buffers");
+      continue;
+    }
+    if (bound_as(t, s, who)) {
+      if (s.dtype == DType::U8 && t.state_block != block)
+        throw Error(who + ": the caller's 8-bit state '" + s.name + "' has blocks of " +
+                    std::to_string(t.state_block) + ", the step needs " + std::to_string(block) +
+                    " (block_size changed?): bind new buffers");
+      continue;
+    }
     auto held = t.state.find(s.name);
     const bool held_here = held != t.state.end();
     if (held_here && held->second.dtype() == s.dtype &&
