@@ -398,6 +398,8 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+std::string error_of(const std::function<void()>& f);
+
 TEST(OptimInt8, CallerOwnedStateFollowsTheTensorsSpec) {
   // A framework that keeps the state (the Python package) binds the codes and the scales the
   // tensor's spec lists; after block_size changes, a step with the old buffers is refused.
@@ -434,6 +436,15 @@ TEST(OptimInt8, CallerOwnedStateFollowsTheTensorsSpec) {
   }
   EXPECT_EQ(opt->step_count(0, 0), 1);
   EXPECT_EQ(model.groups[0][0].p, before);
+
+  // Codes bound without their scales: refused before anything is made or installed.
+  auto half = Optimizer::create(testing::shared_engine(), int8_config(256, 0));
+  half->add_param_group(model.refs(0));
+  half->bind_state(0, 0, "exp_avg", {codes.at("exp_avg").data(), 1000, {}, DType::U8}, true);
+  const std::string why = error_of([&] { half->step(); });
+  EXPECT_NE(why.find("bound as codes and scales together"), std::string::npos) << why;
+  EXPECT_EQ(half->step_count(0, 0), 0);
+  EXPECT_EQ(half->state_ref(0, 0, "exp_avg_sq").data, nullptr);
 }
 
 TEST(OptimInt8, RefusesWhatItCannotRun) {

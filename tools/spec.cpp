@@ -1,5 +1,6 @@
 #include "tools/spec.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -147,7 +148,9 @@ std::vector<GroupGraph> group_graphs(const ModelSpec& spec, size_t gi) {
       const ModelSpec::Param& p = spec.params[pi];
       Options overrides = g.overrides;
       if (gc && p.shape.size() < 2) overrides["grad_centralization"] = false;
-      Graph graph = update_graph(spec.optimizer, overrides, first.dtype, first.grad_dtype, p.numel);
+      // (update_graph's numel 0 means a large tensor; an empty param is as small as one.)
+      Graph graph = update_graph(spec.optimizer, overrides, first.dtype, first.grad_dtype,
+                                 std::max<int64_t>(p.numel, 1));
       auto [it, fresh] = index.emplace(print(graph), out.size());
       if (fresh) out.push_back({std::move(graph), {}});
       out[it->second].params.push_back(pi);

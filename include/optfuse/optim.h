@@ -304,7 +304,7 @@ class Optimizer {
   // are bound here and updated in place by the kernels, so torch's state_dict() and
   // load_state_dict() (and wrappers that use them, such as ZeroRedundancyOptimizer) just work.
   //
-  //   for (const StateSpec& s : opt->state_spec(g))       // after add_param_group / set()
+  //   for (const StateSpec& s : opt->state_spec(g, i))    // after add_param_group / set()
   //     opt->bind_state(g, i, s.name, my_buffer_for(s), /*fresh=*/true);
   //   opt->bind_scalar(g, i, "step", TensorRef{&my_step, 1});   // torch's f32 state['step']
   //
@@ -327,9 +327,10 @@ class Optimizer {
   std::vector<StateSpec> state_spec(size_t group) const;
   std::vector<StateSpec> state_spec(size_t group, size_t index) const;
   // Tensor `index` of `group` reads and writes `name` in `buffer` from the next step on (the
-  // param's numel, the spec's dtype, the param's memory; the caller keeps it alive and must not
-  // touch it during step()). `fresh`: the buffer holds a new state's initial values, so the next
-  // step treats the state as created now (SGD's first momentum step copies the gradient).
+  // tensor's spec's numel and dtype, the param's memory; 8-bit codes and their scales are bound
+  // together; the caller keeps it alive and must not touch it during step()). `fresh`: the buffer
+  // holds a new state's initial values, so the next step treats the state as created now (SGD's
+  // first momentum step copies the gradient).
   void bind_state(size_t group, size_t index, const std::string& name, const TensorRef& buffer,
                   bool fresh);
   // A per-tensor scalar kept in one element of caller memory (f32 or f64, host): "step" (read

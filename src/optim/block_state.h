@@ -17,7 +17,8 @@
 //     a linear map of sqrt(x), the quantity Adam divides by. A linear map of x itself rounds
 //     the small values of a block to 0 and training diverges.
 // A block whose absmax is 0 stores codes of zero (127, resp. 0) and decodes to zeros. A block
-// holding inf or NaN has a NaN scale (the row reduction propagates NaN) and decodes to NaN.
+// holding inf or NaN gets an inf or NaN scale (the row maximum propagates both) and decodes to
+// inf or NaN: non-finite state stays non-finite, as it would in f32.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -67,7 +68,7 @@ Blocking group_blocking(const Options& h);
 // master copy and the accumulation buffer. Known non-negative state (exp_avg_sq, square_avg,
 // sum, exp_inf, ...) gets the square-root map, all other the signed linear one.
 std::vector<BlockState> blocked_states(const Graph& g);
-// The map block_state() gives a state of this name.
+// The map blocked_states() gives a state of this name.
 BlockMap block_map(const std::string& state);
 
 // ---- The maps on the host, in f32 as the kernel computes them ------------------------------

@@ -105,6 +105,15 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
   if (auto own = t.state.find(name);
       own != t.state.end() && own->second.kind() == optim::StateBuffer::Kind::Device)
     optim::synchronize(impl_->cuda_context);
+  // (A tensor's 8-bit buffers share one block size, Tensor::state_block: its own ones of another
+  // block size would be read with the new one.)
+  if (want == DType::U8 && t.state_block != 0 && t.state_block != g.plan->blocking.block)
+    for (const auto& [held, b] : t.state)
+      if (b.dtype() == DType::U8 && !b.caller_owned() && held != name)
+        throw Error(who + ": the tensor holds its own 8-bit state '" + held + "' in blocks of " +
+                    std::to_string(t.state_block) + ": step once with block_size " +
+                    std::to_string(g.plan->blocking.block) +
+                    " before binding 8-bit buffers, or bind all of them");
   t.state.insert_or_assign(name, optim::StateBuffer::caller(buffer));
   if (want == DType::U8) t.state_block = g.plan->blocking.block;
   t.bound_fresh = t.bound_fresh || fresh;

@@ -119,6 +119,16 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
                     " (block_size changed?): bind new buffers");
       continue;
     }
+    if (s.dtype == DType::U8) {  // codes and scales: both the caller's, or both the optimizer's
+      auto scale = t.state.find(block_scale_name(s.name));
+      auto codes = t.state.find(s.name);
+      const bool codes_bound = codes != t.state.end() && codes->second.caller_owned();
+      const bool scales_bound = scale != t.state.end() && scale->second.caller_owned();
+      if (codes_bound != scales_bound)
+        throw Error(who + ": the caller bound '" + (codes_bound ? s.name : scale->first) +
+                    "' but not '" + (codes_bound ? block_scale_name(s.name) : s.name) +
+                    "': 8-bit state is bound as codes and scales together");
+    }
     if (bound_as(t, s, who)) {
       if (s.dtype == DType::U8 && t.state_block != block)
         throw Error(who + ": the caller's 8-bit state '" + s.name + "' has blocks of " +

@@ -278,6 +278,9 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
           std::string name = entry.get<std::string>();
           if (name == optim::kMasterState)
             throw Error(Impl::where(gi, ti, ref) + ": master weights must be f32");
+          if (optim::block_state_of(name) != name)
+            throw Error(Impl::where(gi, ti, ref) + ": 8-bit state's scales '" + name +
+                        "' must be f32");
           check_name(name);
           std::vector<uint16_t> bits;
           read(&bits, numel);
@@ -297,6 +300,11 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
           read(&codes, numel);
           t.state.emplace(name, optim::StateBuffer::host(std::move(codes)));
         }
+      for (const auto& [name, buf] : t.state)  // every scale has its codes
+        if (const std::string codes = optim::block_state_of(name);
+            codes != name && (!t.state.count(codes) || t.state.at(codes).dtype() != DType::U8))
+          throw Error(Impl::where(gi, ti, ref) + ": scales '" + name + "' without 8-bit state '" +
+                      codes + "'");
       out.tensors.back().push_back(std::move(t));
     }
   }

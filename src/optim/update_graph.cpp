@@ -27,7 +27,8 @@ Graph build(const Options& config, const Options& overrides, DType param, DType 
   const optim::Precision precision = optim::group_precision(group, param, grad, "param group");
   const optim::Blocking blocking = optim::group_blocking(group);
   const bool blocked = blocking.on() && (numel == 0 || blocking.applies(numel));
-  if (blocked && (rule.sparse_grads() || group.value("grad_centralization", false)))
+  // (Refused for the whole group, as Optimizer::step refuses it: plan_group.)
+  if (blocking.on() && (rule.sparse_grads() || group.value("grad_centralization", false)))
     throw Error("param group: state_dtype \"int8\" is not supported with " +
                 std::string(rule.sparse_grads() ? "sparse gradients" : "grad_centralization"));
   // (The graph of a tensor that gradient centralization applies to, as warm-up specs ask.)

@@ -156,3 +156,33 @@ def test_bad_options_name_the_value():
     ps[0].grad = torch.ones_like(ps[0])
     with pytest.raises(Exception, match="block_size.*multiple of 16"):
         opt.step()
+
+
+def test_checkpoint_without_scales_is_refused_and_changes_nothing():
+    ps, opt = make(shapes=[(10000,), (8192,)], seed=3)
+    run(opt, ps, 0, 2)
+    sd = opt.state_dict()
+    del sd["state"][1]["exp_avg.absmax"]
+    qs = [p.detach().clone().requires_grad_(True) for p in ps]
+    opt2 = oft.AdamW(qs, lr=1e-3, weight_decay=1e-2, state_dtype="int8")
+    opt2.load_state_dict(sd)
+    before = {k: v.clone() for k, v in opt2.state[qs[0]].items()}
+    for k, q in enumerate(qs):
+        q.grad = grad_for(q, 2, k)
+    with pytest.raises(ValueError, match="'exp_avg' has no scales"):
+        opt2.step()
+    assert all(torch.equal(before[k], opt2.state[qs[0]][k]) for k in before)
+    assert torch.equal(qs[0], ps[0])
+
+
+def test_a_failed_block_size_change_changes_no_tensor():
+    ps, opt = make(shapes=[(10000,), (8192,)], seed=4)
+    run(opt, ps, 0, 2)
+    opt.state[ps[1]]["exp_avg.absmax"] = torch.zeros(3)  # damaged: 32 blocks needed
+    held = [opt.state[p]["exp_avg.absmax"].shape for p in ps]
+    opt.param_groups[0]["block_size"] = 64
+    for k, p in enumerate(ps):
+        p.grad = grad_for(p, 2, k)
+    with pytest.raises(ValueError, match="exp_avg.absmax' has 3"):
+        opt.step()
+    assert [opt.state[p]["exp_avg.absmax"].shape for p in ps] == held

@@ -22,6 +22,7 @@ import torch
 
 from .. import _core
 from .._engine import engine
+from . import _state8
 
 _DTYPE_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
@@ -57,58 +58,6 @@ def _plain(value: Any) -> Any:
 
 def _name(gi: int, pi: int, p: torch.Tensor) -> str:
     return f"param group {gi}, param {pi} (shape {tuple(p.shape)}, {p.dtype})"
-
-
-# The group options that decide which tensors have 8-bit state and its blocks.
-_BLOCKING_KEYS = ("state_dtype", "block_size", "min_8bit_size")
-# block_size's default (blocking_defaults() in src/optim/block_state.cpp), for groups that leave
-# it out.
-_DEFAULT_BLOCK = 256
-
-
-def _encode_8bit(name: str, values: torch.Tensor, block: int):
-    """8-bit state `name` of `values`: (u8 codes shaped like them, f32 scales per block)."""
-    v = values.detach().to(torch.float32).contiguous()
-    n = v.numel()
-    codes = torch.empty(v.shape, dtype=torch.uint8)
-    scales = torch.empty(((n + block - 1) // block,), dtype=torch.float32)
-    _core.encode_8bit_state(name, block, v.data_ptr(), n, codes.data_ptr(), scales.data_ptr())
-    return codes, scales
-
-
-def _decode_8bit(name: str, codes: torch.Tensor, scales: torch.Tensor, block: int, who: str):
-    n = codes.numel()
-    if scales is None:
-        raise ValueError(f"{who}: 8-bit state '{name}' has no scales ('{name}.absmax')")
-    if scales.dtype != torch.float32 or scales.numel() != (n + block - 1) // block:
-        raise ValueError(f"{who}: state '{name}.absmax' has {scales.numel()} {scales.dtype} "
-                         f"values, the codes of block_size {block} need "
-                         f"{(n + block - 1) // block} float32 ones")
-    c, s = codes.contiguous(), scales.contiguous()
-    values = torch.empty(codes.shape, dtype=torch.float32)
-    _core.decode_8bit_state(name, block, c.data_ptr(), s.data_ptr(), n, values.data_ptr())
-    return values
-
-
-def _convert_8bit(st: dict, spec, p, old_block: int, block: int, who: str) -> None:
-    """Converts `p`'s state in ``optimizer.state`` (`st`) to the 8-bit or plain buffers `spec`
-    names: float state encoded, 8-bit state decoded, or re-encoded at a new block size (its
-    scales "<name>.absmax" go with it). What the kernels then read is what C++ would convert."""
-    want = {s[0]: s[1] for s in spec}
-    for name in [n for n in st if not n.endswith(".absmax")]:
-        t = st[name]
-        if not isinstance(t, torch.Tensor):
-            continue
-        held_8bit = t.dtype == torch.uint8
-        if want.get(name) == "u8":
-            if held_8bit and old_block == block:
-                continue
-            values = (_decode_8bit(name, t, st.get(name + ".absmax"), old_block, who)
-                      if held_8bit else t)
-            st[name], st[name + ".absmax"] = _encode_8bit(name, values, block)
-        elif held_8bit and (name in want or old_block != block):
-            # f32 or 16-bit state now (or state this step does not read, kept decoded)
-            st[name] = _decode_8bit(name, t, st.pop(name + ".absmax", None), old_block, who)
 
 
 class _Group:
@@ -151,7 +100,7 @@ class _Binding:
             params = [group["params"][i] for i in active]
             # (8-bit state's options also when a group gains them later: they change buffers.)
             keys = [k for k in group if k in known] + [
-                k for k in _BLOCKING_KEYS if k in known and k not in group]
+                k for k in _state8.BLOCKING_KEYS if k in known and k not in group]
             g = _Group(gi, len(self.groups), params, active, keys)
             g.synced = {k: _plain(group[k]) for k in keys if k in group}
             entries = []
@@ -170,14 +119,22 @@ class _Binding:
     def bind_state(self, opt: "FusedOptimizer", g: _Group, old_block: Optional[int] = None) -> None:
         """Binds every state buffer of `g`'s params to its tensor in ``opt.state`` (made now,
         with torch's initial values, where missing). 8-bit state held at block size
-        `old_block` (default: the group's) is converted to what the step needs."""
+        `old_block` (default: the group's) is converted to what the step needs, for every param
+        before any is changed (_state8.conversions)."""
         g.spec = self.core.state_spec(g.cpp)
         g.states = []
         fresh = opt._optfuse_fresh
-        block = int(g.synced.get("block_size", _DEFAULT_BLOCK))
+        block = int(g.synced.get("block_size", _state8.DEFAULT_BLOCK))
         old_block = block if old_block is None else int(old_block)
+        specs = [self.core.state_spec(g.cpp, k) for k in range(len(g.params))]  # per tensor
+        changes = []
         for k, p in enumerate(g.params):
-            spec = self.core.state_spec(g.cpp, k)  # (8-bit state: the tensor's own buffers)
+            def initial(name, p=p):  # a rule's own initial values (state_init), encoded
+                return opt._optfuse_initial_state(p, name, torch.float32)
+            changes.append(_state8.conversions(opt.state[p], specs[k], old_block, block,
+                                               _name(g.index, g.active[k], p), initial))
+        for k, p in enumerate(g.params):
+            spec = specs[k]
             names = {s[0] for s in spec}
             st = opt.state[p]
             g.states.append(st)
@@ -185,7 +142,14 @@ class _Binding:
                 # master_weights=False: the param is the value (a kept copy would be stale if
                 # master weights came back), and state_dict() is then torch's own layout.
                 st.pop("master", None)
-            _convert_8bit(st, spec, p, old_block, block, _name(g.index, g.active[k], p))
+            converted, new = changes[k]
+            for name, t in converted.items():
+                if t is None:
+                    st.pop(name, None)
+                else:
+                    st[name] = t
+                    if name in new:
+                        fresh.add(id(t))
             for name, dtype, initial, from_param, numel in spec:
                 want = _TORCH_DTYPES[dtype]
                 t = st.get(name)
@@ -350,7 +314,12 @@ class FusedOptimizer:
         _undecorated("load_state_dict")(self, state_dict)
         # torch's groups become the saved ones: a checkpoint without optfuse's own options (one
         # of torch.optim's) keeps the ones this optimizer was made with (master_weights=False).
-        for group in self.param_groups:
+        for sg, group in zip(saved_groups, self.param_groups):
+            # 8-bit codes saved by a group without block_size were made at the default one.
+            if "block_size" not in group and any(
+                    isinstance(v, torch.Tensor) and v.dtype == torch.uint8
+                    for i in sg.get("params", []) for v in raw.get(i, {}).values()):
+                group["block_size"] = _state8.DEFAULT_BLOCK
             for k in EXTRA_GROUP_OPTIONS:
                 if k in self.defaults and k not in group:
                     group[k] = self.defaults[k]
@@ -496,8 +465,8 @@ class FusedOptimizer:
         # Hyperparameters: those that changed since the last step.
         synced = g.synced
         changed = False
-        old_block = synced.get("block_size", _DEFAULT_BLOCK)
-        blocking = tuple(synced.get(k) for k in _BLOCKING_KEYS)
+        old_block = synced.get("block_size", _state8.DEFAULT_BLOCK)
+        blocking = tuple(synced.get(k) for k in _state8.BLOCKING_KEYS)
         for key in g.keys:
             if key not in group:
                 continue
@@ -509,9 +478,13 @@ class FusedOptimizer:
                 synced[key] = v
                 changed = True
         if changed and (b.core.state_spec(g.cpp) != g.spec or
-                        tuple(synced.get(k) for k in _BLOCKING_KEYS) != blocking):
+                        tuple(synced.get(k) for k in _state8.BLOCKING_KEYS) != blocking):
             # the structure changed (e.g. amsgrad, state_dtype, block_size)
-            b.bind_state(self, g, old_block)
+            try:
+                b.bind_state(self, g, old_block)
+            except Exception:
+                self._optfuse_binding = None  # the C++ side took the new options: start over
+                raise
 
     _optfuse_sparse = False
 
