@@ -66,8 +66,7 @@ std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group, size_t ind
   Impl::Tensor& t = tensor_at(*impl_, group, index);
   Impl::Group& g = group_at(*impl_, group);
   resolve_kernel(*impl_, g, group);
-  return spec_of(*impl_, g, g.plan_of(t), t.ref.param.numel,
-                 t.blocked ? g.plan->blocking.block : 0);
+  return spec_of(*impl_, g, g.plan_of(t), t.ref.param.numel, g.block_of(t));
 }
 
 void Optimizer::bind_state(size_t group, size_t index, const std::string& name,

@@ -105,8 +105,8 @@ KernelPlan plan_kernel(Engine& engine, Graph graph) {
   return k;
 }
 
-// Why 8-bit state cannot serve this group, or "" if it can: its blocks are the kernel's rows, so
-// the update itself must not reduce per row or over the tensor.
+}  // namespace
+
 std::string unblockable(const GraphRecipe& r, const Graph& dense) {
   if (r.rule->sparse_grads()) return r.rule->type() + " takes sparse gradients";
   if (centralizes(r.options)) return "grad_centralization reduces over the kernel's rows";
@@ -117,7 +117,10 @@ std::string unblockable(const GraphRecipe& r, const Graph& dense) {
   return "";
 }
 
-}  // namespace
+void check_blockable(const GraphRecipe& r, const Graph& dense, const std::string& where) {
+  if (std::string why = unblockable(r, dense); !why.empty())
+    throw Error(where + ": state_dtype \"int8\" is not supported here: " + why);
+}
 
 std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint64_t epoch,
                                             const std::string& where) {
@@ -127,8 +130,7 @@ std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint6
   plan->dense = plan_kernel(engine, group_graph(r, false));
   plan->graph_text = print(plan->dense.graph);
   if (plan->blocking.on()) {
-    if (std::string why = unblockable(r, plan->dense.graph); !why.empty())
-      throw Error(where + ": state_dtype \"int8\" is not supported here: " + why);
+    check_blockable(r, plan->dense.graph, where);
     plan->blocked = plan_kernel(engine, group_graph(r, false, true));
     // (step_round.cpp computes one list of scalars per group, in the plain kernel's order.)
     const auto &a = plan->blocked.kernel->signature().scalars,

@@ -81,6 +81,13 @@ struct GroupPlan {
   const KernelPlan& of(bool is_blocked) const { return is_blocked ? blocked : dense; }
 };
 
+// Why 8-bit state cannot serve a group of recipe `r` whose plain graph is `dense`, or "" if it
+// can: its blocks are the kernel's rows, so the update itself must not reduce per row or over
+// the tensor (LAMB, LARS, gradient centralization), nor take sparse gradients.
+std::string unblockable(const GraphRecipe& r, const Graph& dense);
+// Error naming `where` if unblockable() says why.
+void check_blockable(const GraphRecipe& r, const Graph& dense, const std::string& where);
+
 // Compiles (or loads) the kernel of `r`'s graph (and the 8-bit one for state_dtype "int8") and
 // derives the plan. `epoch` identifies it. Error naming `where` (the group) if the options ask
 // for 8-bit state that the rule's update cannot have.

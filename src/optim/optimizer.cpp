@@ -45,13 +45,13 @@ void assign_tensor_kernels(Impl& impl, Impl::Group& g) {
   std::optional<Graph> centralized;
   std::map<std::tuple<bool, bool, int64_t>, std::shared_ptr<const Kernel>> made;
   for (auto& t : g.tensors) {
-    t.blocked = plan.blocking.applies(t.ref.param.numel);
-    const optim::KernelPlan& kp = plan.of(t.blocked);
+    const bool blocked = g.block_of(t) > 0;
+    const optim::KernelPlan& kp = g.plan_of(t);
     const bool gc = t.gc_cols(g.options) > 0;  // (never with 8-bit state: plan_group refuses)
     if (gc && !centralized) centralized = optim::group_graph(plan.recipe, true);
     const Graph& graph = gc ? *centralized : kp.graph;
     const int64_t n = by_size ? t.ref.param.numel : 0;
-    auto& k = made[{gc, t.blocked, n}];
+    auto& k = made[{gc, blocked, n}];
     if (!k) {
       k = by_size ? impl.engine->kernel(graph, n) : impl.engine->kernel(graph);
       KernelSignature a = kp.kernel->signature(), b = k->signature();

@@ -47,10 +47,9 @@ struct Optimizer::Impl {
       return cols > 0 ? cols : 1;
     }
     // The kernel this tensor runs: the group's graph (gradient-centralized where GC applies,
-    // 8-bit where `blocked`) with the group's schedule, or the tuned one for its size. Same
-    // arguments as its kernel plan's kernel (GroupPlan::of(blocked)).
+    // 8-bit where Group::block_of says) with the group's schedule, or the tuned one for its size.
+    // Same arguments as its kernel plan's kernel (Group::plan_of).
     std::shared_ptr<const Kernel> kernel;
-    bool blocked = false;  // its rule state is 8-bit (state_dtype "int8", >= min_8bit_size)
     // The block size its 8-bit state buffers were made with (0: it holds none); a changed
     // block_size converts them at the next step.
     int64_t state_block = 0;
@@ -67,7 +66,12 @@ struct Optimizer::Impl {
     // options it was last checked against: resolved at the first step after they change.
     std::shared_ptr<const optim::GroupPlan> plan;
     Options plan_options;
-    const optim::KernelPlan& plan_of(const Tensor& t) const { return plan->of(t.blocked); }
+    // The block size of `t`'s 8-bit state under the plan, 0 if its state is not 8-bit
+    // (state_dtype "int8" and at least min_8bit_size elements), and its kernel plan.
+    int64_t block_of(const Tensor& t) const {
+      return plan->blocking.applies(t.ref.param.numel) ? plan->blocking.block : 0;
+    }
+    const optim::KernelPlan& plan_of(const Tensor& t) const { return plan->of(block_of(t) > 0); }
 
     // step()'s scalars (step_round.cpp): tensors of a group nearly always share their step and
     // host state, so the scalars (and the host state they lead to) are computed once and reused

@@ -71,21 +71,6 @@ bool bound_as(const Impl::Tensor& t, const StateSlot& s, const std::string& who)
 
 namespace {
 
-// The f32 values of `t`'s buffer `held`: widened, or decoded when 8-bit (with its scales and the
-// block it was made with).
-std::vector<float> held_values(const Impl::Tensor& t, const std::string& name,
-                               const StateBuffer& held) {
-  if (held.dtype() != DType::U8) return held.to_f32();
-  auto scale = t.state.find(block_scale_name(name));
-  if (scale == t.state.end() || t.state_block <= 0)
-    internal_error("8-bit state '" + name + "' has no scales");
-  const std::vector<float> absmax = scale->second.to_f32();
-  std::vector<float> x(static_cast<size_t>(held.numel()));
-  decode_blocks(static_cast<const uint8_t*>(held.data()), absmax.data(), held.numel(),
-                t.state_block, block_map(name), x.data());
-  return x;
-}
-
 // `values` as 8-bit state `name` of block `block`: the codes and the scales.
 void add_blocked(Impl::Tensor& t, const std::string& name, const std::vector<float>& values,
                  int64_t block, std::vector<PendingState>* out) {
@@ -102,11 +87,24 @@ void add_blocked(Impl::Tensor& t, const std::string& name, const std::vector<flo
 
 }  // namespace
 
+std::vector<float> state_values_f32(const Impl::Tensor& t, const std::string& name,
+                                    const StateBuffer& held) {
+  if (held.dtype() != DType::U8) return held.to_f32();
+  auto scale = t.state.find(block_scale_name(name));
+  if (scale == t.state.end() || t.state_block <= 0)
+    internal_error("8-bit state '" + name + "' has no scales");
+  const std::vector<float> absmax = scale->second.to_f32();
+  std::vector<float> x(static_cast<size_t>(held.numel()));
+  decode_blocks(static_cast<const uint8_t*>(held.data()), absmax.data(), held.numel(),
+                t.state_block, block_map(name), x.data());
+  return x;
+}
+
 void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
                 const std::string& who, std::vector<PendingState>* out) {
   const size_t n = static_cast<size_t>(t.ref.param.numel);
   const KernelPlan& kp = g.plan_of(t);
-  const int64_t block = t.blocked ? g.plan->blocking.block : 0;
+  const int64_t block = g.block_of(t);
   for (const StateSlot& s : kp.state) {
     if (s.name == kGradAccum) continue;  // made by the accumulation micro-steps (step_control.cpp)
     if (s.rows) {  // made with its codes; a caller's must have one scale per block
@@ -143,7 +141,7 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
       continue;
     if (s.dtype == DType::U8) {  // new, or held in another dtype or block size
       std::vector<float> values =
-          held_here ? held_values(t, s.name, held->second)
+          held_here ? state_values_f32(t, s.name, held->second)
                     : std::vector<float>(
                           n, static_cast<float>(rule.initial_state_value(g.options, s.name)));
       add_blocked(t, s.name, values, block, out);
@@ -153,7 +151,7 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
     if (s.name == kMasterState) {
       p.f32 = widen_to_f32(t.ref.param.data, t.ref.param.dtype, t.ref.param.numel);
     } else if (held_here) {  // held in another dtype (state_dtype changed)
-      std::vector<float> wide = held_values(t, s.name, held->second);
+      std::vector<float> wide = state_values_f32(t, s.name, held->second);
       if (s.dtype == DType::F32) {
         p.f32 = std::move(wide);
       } else {
@@ -174,7 +172,7 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
   if (t.state_block == 0 || t.state_block == block) return;
   for (const auto& [name, buf] : t.state) {
     if (buf.dtype() != DType::U8 || buf.caller_owned() || kp.has_state(name)) continue;
-    std::vector<float> values = held_values(t, name, buf);
+    std::vector<float> values = state_values_f32(t, name, buf);
     if (block > 0) {
       add_blocked(t, name, values, block, out);
     } else {

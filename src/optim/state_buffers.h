@@ -45,6 +45,12 @@ void plan_device_state(const Optimizer::Impl& impl, const Optimizer::Impl::Group
                        std::vector<PendingState>* out);
 void install(PendingState& p);
 
+// The f32 values of `t`'s buffer `held` (named `name`): widened, or for 8-bit codes decoded with
+// their scales at the block size they were made with (Tensor::state_block). Device memory is
+// copied to the host: the caller has synchronized the context first.
+std::vector<float> state_values_f32(const Optimizer::Impl::Tensor& t, const std::string& name,
+                                    const StateBuffer& held);
+
 // The state buffer a kernel input reads (it exists: step() made it).
 void* state_pointer(Optimizer::Impl::Tensor& t, const std::string& name, DType dtype);
 

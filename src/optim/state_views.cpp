@@ -1,10 +1,10 @@
 // Reading an optimizer's state: host buffers in place, device buffers as TensorRefs or copied to
 // the host (an explicit copy, after waiting for the context: never part of a step).
 #include "optfuse/error.h"
-#include "optim/block_state.h"
 #include "optim/device_buffer.h"
 #include "optim/optimizer_impl.h"
 #include "optim/precision.h"
+#include "optim/state_buffers.h"
 
 namespace optfuse {
 
@@ -43,18 +43,7 @@ std::vector<float> Optimizer::state_values(size_t group, size_t index,
     throw Error(Impl::where(group) + ", tensor " + std::to_string(index) + ": state '" + name +
                 "' is caller-owned device memory: read it from its owner");
   if (b->on_device()) optim::synchronize(impl_->cuda_context);  // queued steps are done
-  if (b->dtype() == DType::U8) {  // 8-bit state: decoded with its scales
-    const Impl::Tensor& t = group_at(*impl_, group).tensors[index];
-    const optim::StateBuffer* scales =
-        find_state(*impl_, group, index, optim::block_scale_name(name));
-    if (!scales || t.state_block <= 0) internal_error("8-bit state '" + name + "' has no scales");
-    const std::vector<float> absmax = scales->to_f32();
-    std::vector<float> x(static_cast<size_t>(b->numel()));
-    optim::decode_blocks(static_cast<const uint8_t*>(b->data()), absmax.data(), b->numel(),
-                         t.state_block, optim::block_map(name), x.data());
-    return x;
-  }
-  return b->to_f32();
+  return optim::state_values_f32(group_at(*impl_, group).tensors[index], name, *b);
 }
 
 TensorRef Optimizer::state_ref(size_t group, size_t index, const std::string& name) const {

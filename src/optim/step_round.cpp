@@ -92,8 +92,8 @@ void prepare_call(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool create
   // Only a per-row kernel reads cols: a gradient-centralized graph (only on >= 2 dims, where
   // its rows are row_cols()), a custom graph with row_* ops, or 8-bit state (rows are blocks).
   call.cols = t.kernel->signature().per_row ? t.row_cols() : 0;
-  if (t.blocked) {
-    call.cols = g.plan->blocking.block;
+  if (const int64_t block = g.block_of(t)) {
+    call.cols = block;
     call.n -= call.n % call.cols;
   }
   call.device = impl.memory == Memory::Cuda;
@@ -130,7 +130,7 @@ void slice_call(const KernelSignature& sig, const KernelCall& whole, int64_t beg
 bool tail_call(const Impl::Group& g, const Impl::Tensor& t, const KernelCall& whole,
                KernelCall& tail) {
   const int64_t rest = t.ref.param.numel - whole.n;
-  if (!t.blocked || rest == 0) return false;
+  if (g.block_of(t) == 0 || rest == 0) return false;
   const KernelPlan& kp = g.plan_of(t);
   slice_call(kp.kernel->signature(), whole, whole.n, rest, tail);
   tail.cols = rest;

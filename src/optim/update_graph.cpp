@@ -25,14 +25,14 @@ Graph build(const Options& config, const Options& overrides, DType param, DType 
   optim::check_tensor_dtype(param, "param", "param group");
   optim::check_tensor_dtype(grad, "grad", "param group");
   const optim::Precision precision = optim::group_precision(group, param, grad, "param group");
+  const optim::GraphRecipe recipe{&rule, group, precision, control.prologue()};
   const optim::Blocking blocking = optim::group_blocking(group);
+  // (Refused for the whole group, as Optimizer::step refuses it.)
+  if (blocking.on())
+    optim::check_blockable(recipe, optim::group_graph(recipe, false), "param group");
   const bool blocked = blocking.on() && (numel == 0 || blocking.applies(numel));
-  // (Refused for the whole group, as Optimizer::step refuses it: plan_group.)
-  if (blocking.on() && (rule.sparse_grads() || group.value("grad_centralization", false)))
-    throw Error("param group: state_dtype \"int8\" is not supported with " +
-                std::string(rule.sparse_grads() ? "sparse gradients" : "grad_centralization"));
   // (The graph of a tensor that gradient centralization applies to, as warm-up specs ask.)
-  return optim::group_graph({&rule, group, precision, control.prologue()}, true, blocked);
+  return optim::group_graph(recipe, true, blocked);
 }
 
 }  // namespace
