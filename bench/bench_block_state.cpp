@@ -7,11 +7,21 @@
 // code + 1, each scale + 1: the same loads, stores and per-block loop), so all three see the
 // same machine state. Counters: `step_ms` (median 8-bit call), `f32_ms`, `ceiling_ms`,
 // `speedup` = median over triples of f32 time / 8-bit time, `share` = median of ceiling time /
-// 8-bit time, `B_per_elem`, `GBps`.
+// 8-bit time, `ceiling_speedup` = median of f32 time / ceiling time (the speedup of a kernel
+// that moved the 8-bit kernel's bytes without computing: the most the 8-bit state can give),
+// `B_per_elem`, `GBps`.
 //
 // BlockState/adamw/step: the same through Optimizer::step() ("state_dtype": "int8" against the
 // default f32 state, each a tensor of n elements), with the same ceiling kernel: what a user's
 // step takes, slices on the worker threads and the tensor's last partial block included.
+//
+// BlockState/reads: what bounds the speedup. Three kernels with trivial arithmetic, timed in
+// turn: the f32-state AdamW's traffic (4 f32 reads, 3 writes: 16 B read, 12 B written per
+// element), the 8-bit one's without its scales (f32 param and grad, two u8 codes: 10 B read,
+// 6 B written) and one as long as that but read-heavy (3 f32 reads, 1 write: 12 B, 4 B).
+// Counters per kernel: `<name>_ms` (median) and `<name>_read_GBps` (bytes read / median). Where
+// the read rates agree, reads bound the step and the 8-bit state's best speedup is the ratio of
+// bytes read, 16 / 10.03 = 1.59 (docs/int8-state.md, "Speed").
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -26,6 +36,7 @@
 #include "optim/options.h"
 #include "optim/precision.h"
 #include "optim/rule.h"
+#include "tools/bandwidth.h"
 
 namespace optfuse::bench {
 namespace {
@@ -72,7 +83,7 @@ struct Bound {
 
 // The triples' times (8-bit, f32 state, ceiling) and the counters they give.
 struct Triples {
-  std::vector<double> q8, f32, ceiling, speedups, shares;
+  std::vector<double> q8, f32, ceiling, speedups, shares, bounds;
   void add(benchmark::State& state, double tq, double tf, double tc) {
     state.SetIterationTime(tq);
     q8.push_back(tq);
@@ -80,6 +91,7 @@ struct Triples {
     ceiling.push_back(tc);
     speedups.push_back(tf / tq);
     shares.push_back(tc / tq);
+    bounds.push_back(tf / tc);
   }
   void report(benchmark::State& state, double bytes, int64_t n) const {
     state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
@@ -88,6 +100,7 @@ struct Triples {
     state.counters["ceiling_ms"] = median(ceiling) * 1e3;
     state.counters["speedup"] = median(speedups);
     state.counters["share"] = median(shares);
+    state.counters["ceiling_speedup"] = median(bounds);
     state.counters["B_per_elem"] = bytes / static_cast<double>(n);
     state.counters["GBps"] = bytes / median(q8) / 1e9;
   }
@@ -178,6 +191,55 @@ void BM_BlockStateStep(benchmark::State& state) {
   }
 }
 
+void BM_Reads(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  try {
+    Graph q8("reads_q8");
+    q8.output("param", q8.param("param") + q8.grad("grad"));
+    for (const char* s : {"exp_avg", "exp_avg_sq"})
+      q8.output(s, cast(cast(q8.state(s, DType::U8), DType::F32) + 1.0, DType::U8));
+    Graph heavy("reads_3r1w");
+    heavy.output("param", heavy.param("param") + heavy.grad("grad") + heavy.state("exp_avg"));
+    Arrays a(4, n);
+    std::vector<uint8_t> codes(2 * static_cast<size_t>(n), 100);
+    const std::map<std::string, void*> f32{
+        {"param", a[0]}, {"grad", a[1]}, {"exp_avg", a[2]}, {"exp_avg_sq", a[3]}};
+    const std::map<std::string, void*> u8{{"param", a[0]},
+                                          {"grad", a[1]},
+                                          {"exp_avg", codes.data()},
+                                          {"exp_avg_sq", codes.data() + n}};
+    struct Kind {
+      const char* name;
+      Bound bound;
+      double read;  // bytes read per element
+      std::vector<double> times;
+    };
+    std::vector<Kind> kinds;
+    kinds.push_back(
+        {"f32_4r3w", Bound(block_engine().kernel(tools::stream_4r3w_graph()), f32, {}, n), 16, {}});
+    kinds.push_back({"q8", Bound(block_engine().kernel(q8), u8, {}, n), 10, {}});
+    kinds.push_back({"f32_3r1w", Bound(block_engine().kernel(heavy), f32, {}, n), 12, {}});
+    for (int i = 0; i < 2; ++i)
+      for (Kind& k : kinds) k.bound.time();  // first touch
+    for (auto _ : state) {
+      double total = 0;
+      for (Kind& k : kinds) {
+        k.times.push_back(k.bound.time());
+        total += k.times.back();
+      }
+      state.SetIterationTime(total);
+    }
+    for (const Kind& k : kinds) {
+      const double t = median(k.times);
+      state.counters[std::string(k.name) + "_ms"] = t * 1e3;
+      state.counters[std::string(k.name) + "_read_GBps"] =
+          k.read * static_cast<double>(n) / t / 1e9;
+    }
+  } catch (const std::exception& ex) {
+    state.SkipWithError(ex.what());
+  }
+}
+
 BENCHMARK(BM_BlockStateStep)
     ->Name("BlockState/adamw/step")
     ->RangeMultiplier(4)
@@ -189,6 +251,13 @@ BENCHMARK(BM_BlockState)
     ->Name("BlockState/adamw/q8")
     ->RangeMultiplier(4)
     ->Range(int64_t{1} << 16, int64_t{1} << 26)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(BM_Reads)
+    ->Name("BlockState/reads")
+    ->Arg(int64_t{1} << 24)
+    ->Arg(int64_t{1} << 26)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

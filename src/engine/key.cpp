@@ -1,5 +1,7 @@
 #include "engine/key.h"
 
+#include <vector>
+
 #include "jit/halide_bridge.h"
 
 #ifndef OPTFUSE_VERSION
@@ -30,7 +32,7 @@ int index_of(const Args& args, const std::string& name, std::string Args::value_
 }
 
 // Fields joined with a separator no field contains (a newline), so ("ab","c") != ("a","bc").
-std::string joined(std::initializer_list<std::string> fields) {
+std::string joined(const std::vector<std::string>& fields) {
   std::string s;
   for (const std::string& f : fields) s += f + "\n";
   return s;
@@ -80,14 +82,19 @@ namespace engine_detail {
 // would run a serial call as one-vector parallel tasks. 9: f32 multiply-adds written through f64
 // as one FMA and f32 square roots as whole-vector ones on x86 (lower/fma.h); bf16 narrowing
 // packed by one shuffle on AVX-512BW (lower/bf16.h). 10: maxima and minima reduced in f32 (not
-// f64) and a row's whole vectors read without bounds (lower/reduce.h); row state.
-constexpr const char* kLoweringVersion = "lowering-10";
+// f64) and a row's whole vectors read without bounds (lower/reduce.h); row state. 11: f16
+// conversions whose lanes LLVM split or scalarized, and Halide's widening_add / _sub / _mul of
+// 16-bit floats, as whole-vector F16C instructions too (lower/f16c.h, lower/unary_lanes.h).
+constexpr const char* kLoweringVersion = "lowering-11";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {
-  return xxh3_128(joined({"kernel", graph_hash.hex(), resolved.str(), target, OPTFUSE_VERSION,
-                          kLoweringVersion, jit::toolchain_version()}))
-      .hex();
+  std::vector<std::string> parts = {
+      "kernel",        graph_hash.hex(), resolved.str(),          target,
+      OPTFUSE_VERSION, kLoweringVersion, jit::toolchain_version()};
+  // Only kernels that use more of the CPU than the target says add a part: other keys stay.
+  if (std::string extras = jit::cpu_extras_key(target); !extras.empty()) parts.push_back(extras);
+  return xxh3_128(joined(parts)).hex();
 }
 
 std::string runtime_key(const std::string& target) {

@@ -91,7 +91,28 @@ Halide::Target host_target() {
   return t;
 }
 
+// lower.h's CpuExtras for resolved target `target`: see cpu_extras_key.
+lower::CpuExtras cpu_extras(const std::string& target) {
+  lower::CpuExtras e;
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool bf16 = [] {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+  }();
+  static const std::string own = host_target().to_string();
+  const char* forced = std::getenv("OPTFUSE_HOST_TARGET");
+  e.avx512_bf16 = bf16 && !(forced && *forced) && target == own;
+#else
+  (void)target;
+#endif
+  return e;
+}
+
 }  // namespace
+
+std::string cpu_extras_key(const std::string& target) {
+  return cpu_extras(target).avx512_bf16 ? "+avx512bf16" : "";
+}
 
 std::string resolve_target(const std::string& target) {
   // A leading "host" (alone or as in "host-cuda") is $OPTFUSE_HOST_TARGET when set, else this
@@ -126,7 +147,7 @@ std::vector<char> compile_kernel_object(const Graph& canonical, const Schedule& 
                                         const std::string& target, const std::string& fn_name) {
   return halide_call("compiling " + fn_name, [&] {
     Halide::Target t = kernel_target(target);
-    lower::Lowered l = lower::lower(canonical, s, t);
+    lower::Lowered l = lower::lower(canonical, s, t, cpu_extras(target));
     return compile_module_to_object(l.pipeline.compile_to_module(l.args, fn_name, t));
   });
 }
@@ -165,7 +186,7 @@ std::vector<char> compile_runtime_object(const std::string& target) {
 std::string lowered_stmt(const Graph& canonical, const Schedule& s, const std::string& target) {
   return halide_call("lowering", [&] {
     Halide::Target t = kernel_target(target);
-    lower::Lowered l = lower::lower(canonical, s, t);
+    lower::Lowered l = lower::lower(canonical, s, t, cpu_extras(target));
     TempDir dir;
     std::string path = dir.file("kernel.stmt");
     l.pipeline.compile_to_lowered_stmt(path, l.args, Halide::StmtOutputFormat::Text, t);

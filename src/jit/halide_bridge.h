@@ -40,6 +40,13 @@ std::string lowered_stmt(const Graph& canonical, const Schedule& s, const std::s
 // Halide and LLVM versions, e.g. "halide-14 (llvm 140) llvm-14.0.6": part of every kernel key.
 std::string toolchain_version();
 
+// What kernels for resolved target `target` use of this CPU beyond the target string
+// (lower.h, CpuExtras), as text for the kernel key: "" (nothing: the key is the target's alone)
+// or e.g. "+avx512bf16" (AVX512-BF16 narrowing: only for this machine's own target with
+// $OPTFUSE_HOST_TARGET unset, on a CPU that has the extension, so a cache shared with a machine
+// without it never hands that machine such an object).
+std::string cpu_extras_key(const std::string& target);
+
 // Writes `value` converted (round-to-nearest-even) to dtype `t` at `out` (dtype_size(t) bytes).
 void encode_scalar(double value, DType t, void* out);
 

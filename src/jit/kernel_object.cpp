@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "lower/bf16.h"
 #include "lower/f16c.h"
 #include "lower/fma.h"
 #include "lower/prefetch.h"
@@ -16,11 +17,12 @@ namespace optfuse::jit {
 std::vector<char> compile_module_to_object(const Halide::Module& m) {
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> ir = Halide::compile_module_to_llvm_module(m, ctx);
-  // The LLVM-level halves of three lowering passes (src/lower/prefetch.h, src/lower/f16c.h,
-  // src/lower/fma.h).
+  // The LLVM-level halves of four lowering passes (src/lower/prefetch.h, src/lower/f16c.h,
+  // src/lower/fma.h, src/lower/bf16.h).
   lower::finish_prefetch_pass(*ir);
   lower::finish_f16c_pass(*ir);
   lower::finish_fma_pass(*ir);
+  lower::finish_bf16_pass(*ir);
   llvm::SmallVector<char, 0> object;
   llvm::raw_svector_ostream out(object);
   Halide::compile_llvm_module_to_object(*ir, out);

@@ -1,5 +1,19 @@
 #include "lower/bf16.h"
 
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Transforms/Utils/BasicBlockUtils.h>
+
+#include <string>
+#include <vector>
+
+#include "lower/unary_lanes.h"
+
 namespace optfuse::lower {
 namespace {
 
@@ -8,6 +22,16 @@ using Halide::Expr;
 
 class Bf16Conversions : public IRMutator {
   using IRMutator::visit;
+
+  // Halide's widening_add / _sub / _mul of 16-bit floats (how it matches f32(a) + f32(b)) as
+  // the casts they stand for, so that the conversions below see them.
+  Expr visit(const Call* op) override {
+    const bool widening = op->is_intrinsic(Call::widening_add) ||
+                          op->is_intrinsic(Call::widening_sub) ||
+                          op->is_intrinsic(Call::widening_mul);
+    if (widening && op->args[0].type().is_float()) return mutate(lower_intrinsic(op));
+    return IRMutator::visit(op);
+  }
 
   Expr visit(const Cast* op) override {
     Expr value = mutate(op->value);
@@ -22,6 +46,8 @@ class Bf16Conversions : public IRMutator {
       if (!to_bf16) return to == f32 ? value : Cast::make(to, value);
     }
     if (value.type() != f32) value = Cast::make(f32, value);  // as Halide: other types via f32
+    if (hardware_ && lanes % 32 == 0)  // vcvtne2ps2bf16 (finish_bf16_pass)
+      return reinterpret(to, Call::make(u16, kF32ToBf16, {value}, Call::PureExtern));
     Expr bits = reinterpret(u32, value);
     Expr is_nan = (bits & 0x7fffffff) > 0x7f800000;
     if (lanes == 1 || !pack_high_halves_) {
@@ -41,15 +67,98 @@ class Bf16Conversions : public IRMutator {
   }
 
  public:
-  explicit Bf16Conversions(bool pack_high_halves) : pack_high_halves_(pack_high_halves) {}
+  Bf16Conversions(bool pack_high_halves, bool hardware)
+      : pack_high_halves_(pack_high_halves), hardware_(hardware) {}
 
  private:
-  bool pack_high_halves_;
+  bool pack_high_halves_, hardware_;
 };
+
+// The integer narrowing above, on an LLVM vector or scalar of f32: u16 bits.
+llvm::Value* narrow_bits(llvm::IRBuilder<>& b, llvm::Value* x) {
+  llvm::Type* i32 = b.getInt32Ty();
+  auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
+  auto as = [&](llvm::Type* elem) -> llvm::Type* {
+    return vt ? static_cast<llvm::Type*>(llvm::FixedVectorType::get(elem, vt->getNumElements()))
+              : elem;
+  };
+  auto k = [&](uint32_t v) { return llvm::ConstantInt::get(as(i32), v); };
+  llvm::Value* bits = b.CreateBitCast(x, as(i32));
+  llvm::Value* is_nan = b.CreateICmpUGT(b.CreateAnd(bits, k(0x7fffffff)), k(0x7f800000));
+  llvm::Value* high = b.CreateLShr(bits, k(16));
+  llvm::Value* nearest_even =
+      b.CreateLShr(b.CreateAdd(bits, b.CreateAdd(k(0x7fff), b.CreateAnd(high, k(1)))), k(16));
+  llvm::Value* quiet_nan = b.CreateOr(high, k(0x40));
+  return b.CreateTrunc(b.CreateSelect(is_nan, quiet_nan, nearest_even), as(b.getInt16Ty()));
+}
+
+// vcvtne2ps2bf16 of each 32 lanes of `x` (a multiple of 32 f32 lanes), concatenated.
+llvm::Value* hardware_bits(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x, unsigned n) {
+  llvm::Function* cvt =
+      llvm::Intrinsic::getDeclaration(&m, llvm::Intrinsic::x86_avx512bf16_cvtne2ps2bf16_512);
+  auto lanes = [&](unsigned first, unsigned count) {
+    std::vector<int> idx;
+    for (unsigned i = 0; i < count; ++i) idx.push_back(static_cast<int>(first + i));
+    return idx;
+  };
+  std::vector<llvm::Value*> parts;
+  for (unsigned first = 0; first < n; first += 32)  // the low 16 results from the 2nd operand
+    parts.push_back(b.CreateCall(cvt, {b.CreateShuffleVector(x, lanes(first + 16, 16)),
+                                       b.CreateShuffleVector(x, lanes(first, 16))}));
+  for (unsigned width = 32; parts.size() > 1; width *= 2) {  // 32 + 32 lanes, 64 + 64, ...
+    std::vector<llvm::Value*> next;
+    for (size_t i = 0; i + 1 < parts.size(); i += 2)
+      next.push_back(b.CreateShuffleVector(parts[i], parts[i + 1], lanes(0, 2 * width)));
+    if (parts.size() % 2) next.push_back(parts.back());
+    parts = next;
+  }
+  return parts[0];
+}
 
 }  // namespace
 
-void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target) {
+void finish_bf16_pass(llvm::Module& m) {
+  bool changed = false;
+  replace_unary_lane_calls(
+      m, kF32ToBf16, [&](llvm::IRBuilder<>& b, llvm::Value* x) -> llvm::Value* {
+        auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
+        const unsigned n = vt ? vt->getNumElements() : 1;
+        if (n % 32 != 0 || ((n / 32) & (n / 32 - 1)) != 0) return narrow_bits(b, x);
+        // Any subnormal lane (bits 1 .. 0x7fffff once the sign is cleared): the integer path.
+        llvm::Type* i32s = llvm::FixedVectorType::get(b.getInt32Ty(), n);
+        llvm::Value* magnitude =
+            b.CreateAnd(b.CreateBitCast(x, i32s), llvm::ConstantInt::get(i32s, 0x7fffffff));
+        llvm::Value* subnormal =
+            b.CreateICmpULT(b.CreateSub(magnitude, llvm::ConstantInt::get(i32s, 1)),
+                            llvm::ConstantInt::get(i32s, 0x7fffff));
+        llvm::Value* any = b.CreateOrReduce(subnormal);
+        llvm::Instruction* slow_end = nullptr;
+        llvm::Instruction* fast_end = nullptr;
+        llvm::MDNode* rarely = llvm::MDBuilder(m.getContext()).createBranchWeights(1, 1 << 20);
+        llvm::SplitBlockAndInsertIfThenElse(any, &*b.GetInsertPoint(), &slow_end, &fast_end,
+                                            rarely);
+        llvm::IRBuilder<> slow(slow_end), fast(fast_end);
+        llvm::Value* exact = narrow_bits(slow, x);
+        llvm::Value* hardware = hardware_bits(fast, m, x, n);
+        b.SetInsertPoint(&*fast_end->getSuccessor(0)->getFirstInsertionPt());
+        llvm::PHINode* bits = b.CreatePHI(exact->getType(), 2);
+        bits->addIncoming(exact, slow_end->getParent());
+        bits->addIncoming(hardware, fast_end->getParent());
+        changed = true;
+        return bits;
+      });
+  // The code generator takes its features from the module (Halide's "halide_mattrs" flag):
+  // the extension is added there when the module uses it and Halide did not list it.
+  if (!changed) return;
+  auto* flag = llvm::dyn_cast_or_null<llvm::MDString>(m.getModuleFlag("halide_mattrs"));
+  const std::string mattrs = flag ? flag->getString().str() : "";
+  if (mattrs.find("+avx512bf16") == std::string::npos)
+    m.setModuleFlag(
+        llvm::Module::Warning, "halide_mattrs",
+        llvm::MDString::get(m.getContext(), mattrs + (mattrs.empty() ? "" : ",") + "+avx512bf16"));
+}
+
+void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx512_bf16) {
   // Every target: on CUDA it is also what makes bf16 stores compile at all. The packing shuffle
   // only on x86 CPUs with AVX-512BW (vpermt2w): on AVX2 LLVM builds it from several shuffles,
   // and the 4-read-3-write bf16 ceiling kernel took twice as long as with vpsrld / vpmovdw-style
@@ -59,7 +168,7 @@ void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target) {
                         target.has_feature(T::AVX512_Cannonlake) ||
                         target.has_feature(T::AVX512_SapphireRapids);
   const bool pack = target.arch == T::X86 && !target.has_gpu_feature() && avx512bw;
-  p.add_custom_lowering_pass(new Bf16Conversions(pack));
+  p.add_custom_lowering_pass(new Bf16Conversions(pack, pack && avx512_bf16));
 }
 
 }  // namespace optfuse::lower

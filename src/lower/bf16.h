@@ -18,12 +18,31 @@
 // a bf16 kernel's f32 ops, their flags and uses are those of the f32 kernel, on every target.
 // On x86 with AVX-512BW the same rounding is left in the high halves of the 32-bit lanes and
 // packed by one vpermt2w per 32 lanes (README.md, "Whole-vector FMA and square root").
+//
+// On CPUs with AVX512-BF16 (lower.h, CpuExtras) a vector of a multiple of 32 lanes narrows by
+// one vcvtne2ps2bf16 per 32 lanes instead: the same rounding (nearest even, NaNs quiet with the
+// high half of their payload) for every input but subnormals, which the instruction reads as
+// zero. So each vector first checks for a subnormal lane and, if it has one (rarely: a moment
+// decayed for hundreds of steps), narrows with the integer operations. The pass emits a call of
+// kF32ToBf16 there, which Halide emits lane by lane; finish_bf16_pass, on the LLVM module
+// (src/jit/kernel_object.cpp runs it before code generation), makes each source vector's lanes
+// that check and the two paths, and lets the functions it changed use AVX512-BF16.
 #include <Halide.h>
+
+namespace llvm {
+class Module;
+}
 
 namespace optfuse::lower {
 
+constexpr const char* kF32ToBf16 = "optfuse_f32_to_bf16_bits";  // uint16_t(float), as above
+
 // Adds the pass to `p` for every target: on CUDA it is also what lets bf16 stores compile (LLVM
-// 14's NVPTX backend cannot select an f32 -> bf16 fp_round).
-void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target);
+// 14's NVPTX backend cannot select an f32 -> bf16 fp_round). `avx512_bf16`: x86 CPU targets
+// with AVX-512BW narrow with vcvtne2ps2bf16.
+void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx512_bf16);
+
+// The pass's LLVM half (the kF32ToBf16 calls; a module without them is left as it is).
+void finish_bf16_pass(llvm::Module& m);
 
 }  // namespace optfuse::lower

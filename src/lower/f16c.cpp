@@ -1,14 +1,11 @@
 #include "lower/f16c.h"
 
-#include <llvm/IR/Constants.h>
-#include <llvm/IR/Function.h>
 #include <llvm/IR/IRBuilder.h>
-#include <llvm/IR/Instructions.h>
 #include <llvm/IR/Module.h>
 
-#include <map>
 #include <string>
-#include <vector>
+
+#include "lower/unary_lanes.h"
 
 namespace optfuse::lower {
 namespace {
@@ -18,6 +15,16 @@ using Halide::Expr;
 
 class F16cConversions : public IRMutator {
   using IRMutator::visit;
+
+  // Halide's widening_add / _sub / _mul of 16-bit floats (how it matches f32(a) + f32(b)) as
+  // the casts they stand for, so that the conversions below see them.
+  Expr visit(const Call* op) override {
+    const bool widening = op->is_intrinsic(Call::widening_add) ||
+                          op->is_intrinsic(Call::widening_sub) ||
+                          op->is_intrinsic(Call::widening_mul);
+    if (widening && op->args[0].type().is_float()) return mutate(lower_intrinsic(op));
+    return IRMutator::visit(op);
+  }
 
   Expr visit(const Cast* op) override {
     Expr value = mutate(op->value);
@@ -43,18 +50,6 @@ void add_f16c_pass(Halide::Pipeline& p, const Halide::Target& target) {
   p.add_custom_lowering_pass(new F16cConversions);
 }
 
-namespace {
-
-// Where an instruction computing from `v` can go so that `v` dominates it: right after v's
-// definition (after the phis of its block for a phi), or at the function's entry.
-llvm::Instruction* just_after(llvm::Value* v, llvm::Function& f) {
-  if (auto* phi = llvm::dyn_cast<llvm::PHINode>(v)) return phi->getParent()->getFirstNonPHI();
-  if (auto* i = llvm::dyn_cast<llvm::Instruction>(v)) return i->getNextNode();
-  return &*f.getEntryBlock().getFirstInsertionPt();
-}
-
-}  // namespace
-
 // Halide emits each vector conversion call lane by lane (extractelement, call,
 // insertelement). Each call becomes a lane of ONE whole-vector conversion of the vector its lane
 // came from (LLVM folds the re-assembled lanes back into that vector), or, for a scalar, a scalar
@@ -62,8 +57,6 @@ llvm::Instruction* just_after(llvm::Value* v, llvm::Function& f) {
 // vcvtph2ps / vcvtps2ph (round to nearest even).
 void finish_f16c_pass(llvm::Module& m) {
   for (const char* name : {kF16ToF32, kF32ToF16}) {
-    llvm::Function* fn = m.getFunction(name);
-    if (!fn) continue;
     const bool widen = std::string(name) == kF16ToF32;
     llvm::Type* half = llvm::Type::getHalfTy(m.getContext());
     auto convert = [&](llvm::IRBuilder<>& b, llvm::Value* x) -> llvm::Value* {
@@ -76,31 +69,7 @@ void finish_f16c_pass(llvm::Module& m) {
       if (widen) return b.CreateFPExt(b.CreateBitCast(x, as(half)), as(b.getFloatTy()));
       return b.CreateBitCast(b.CreateFPTrunc(x, as(half)), as(b.getInt16Ty()));
     };
-    std::map<llvm::Value*, llvm::Value*> whole;  // source vector -> its converted vector
-    std::vector<llvm::CallInst*> calls;
-    for (llvm::User* u : fn->users())
-      if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
-    for (llvm::CallInst* call : calls) {
-      llvm::Value* arg = call->getArgOperand(0);
-      llvm::Value* result;
-      auto* lane = llvm::dyn_cast<llvm::ExtractElementInst>(arg);
-      if (lane && llvm::isa<llvm::ConstantInt>(lane->getIndexOperand())) {
-        llvm::Value* source = lane->getVectorOperand();
-        llvm::Value*& converted = whole[source];
-        if (!converted) {
-          llvm::IRBuilder<> b(just_after(source, *call->getFunction()));
-          converted = convert(b, source);
-        }
-        llvm::IRBuilder<> b(call);
-        result = b.CreateExtractElement(converted, lane->getIndexOperand());
-      } else {
-        llvm::IRBuilder<> b(call);
-        result = convert(b, arg);
-      }
-      call->replaceAllUsesWith(result);
-      call->eraseFromParent();
-    }
-    if (fn->use_empty()) fn->eraseFromParent();
+    replace_unary_lane_calls(m, name, convert);
   }
 }
 

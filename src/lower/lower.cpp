@@ -61,7 +61,7 @@ class PipelineBuilder {
     funcs_.chunk = chunk_;
   }
 
-  Lowered build(const Schedule& s, const Halide::Target& target) {
+  Lowered build(const Schedule& s, const Halide::Target& target, const CpuExtras& extras) {
     if (g_.outputs().empty() && g_.results().empty())
       throw Error("graph \"" + g_.name() + "\" has no outputs or results to compute");
     s_ = s;
@@ -108,7 +108,7 @@ class PipelineBuilder {
     add_prefetch_pass(pipeline, funcs_.prefetch_loops, write_only_output_buffers(), s.prefetch,
                       s.prefetch_l2);
     add_f16c_pass(pipeline, target);
-    add_bf16_pass(pipeline, target);
+    add_bf16_pass(pipeline, target, extras.avx512_bf16);
     return Lowered{pipeline, arguments()};
   }
 
@@ -465,8 +465,9 @@ Schedule resolve_schedule(Schedule s, const Halide::Target& target) {
   return s;
 }
 
-Lowered lower(const Graph& canonical, const Schedule& s, const Halide::Target& target) {
-  return PipelineBuilder(canonical).build(s, target);
+Lowered lower(const Graph& canonical, const Schedule& s, const Halide::Target& target,
+              const CpuExtras& extras) {
+  return PipelineBuilder(canonical).build(s, target, extras);
 }
 
 }  // namespace optfuse::lower

@@ -53,8 +53,17 @@ struct Lowered {
   std::vector<Halide::Argument> args;  // [inputs..., scalars..., chunk]
 };
 
+// What the CPU that runs the kernels has beyond what a Halide 14 target can say (the jit layer
+// decides it, and it is part of every kernel key: jit::cpu_extras).
+struct CpuExtras {
+  // AVX512-BF16's vcvtne2ps2bf16 for f32 -> bf16 narrowing (bf16.h). Halide 14 knows the
+  // extension only as part of avx512_sapphirerapids, which Zen 4 CPUs (no AVX512-FP16) lack.
+  bool avx512_bf16 = false;
+};
+
 // Lowers canonical graph `g` (canonicalize() output) with resolved schedule `s` for `target`.
 // Throws Error for graphs it cannot lower (no outputs, a target without a schedule).
-Lowered lower(const Graph& canonical, const Schedule& s, const Halide::Target& target);
+Lowered lower(const Graph& canonical, const Schedule& s, const Halide::Target& target,
+              const CpuExtras& extras = {});
 
 }  // namespace optfuse::lower

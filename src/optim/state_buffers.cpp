@@ -211,7 +211,7 @@ void plan_device_state(const Impl& impl, const Impl::Group& g, Impl::Tensor& t,
         internal_error(who + ": device state '" + s.name + "' changed dtype");
       continue;
     }
-    PendingState p{&t, s.name, s.dtype, {}, {}, nullptr};
+    PendingState p{&t, s.name, s.dtype, {}, {}, nullptr, {}, 0};
     p.device = std::make_shared<DeviceBuffer>(impl.cuda_context, t.ref.param.numel, s.dtype,
                                               who + ": state '" + s.name + "'");
     if (s.name == kMasterState)

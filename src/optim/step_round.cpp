@@ -14,10 +14,15 @@ namespace {
 
 using Impl = Optimizer::Impl;
 
-// Elements per slice of a large tensor whose schedule fixes no task size: large enough that the
-// start of a slice (before its prefetches run ahead) costs about 1%, small enough that the
-// round's last slices still balance the threads.
+// Elements per slice of a large tensor whose schedule fixes no task size: at least this many,
+// large enough that the start of a slice (before its prefetches run ahead) costs about 1%, small
+// enough that the round's last slices still balance the threads; and at most kSlicesPerThread
+// slices per worker thread of one tensor. Every slice start costs streaming bandwidth: at 2^24
+// elements, slices of n / 8 instead of 2^17 made AdamW's step 2-3% faster with f32 state and
+// 8-bit state alike, and GPT-2 small's whole step 2-5% (bench_block_state's
+// BlockState/adamw/step, bench_models' Model/adamw/f32/gpt2-small, 2 threads).
 constexpr int64_t kSliceElems = int64_t(1) << 17;
+constexpr int64_t kSlicesPerThread = 4;
 // A thread claims consecutive slices of at least this many elements at a time: one atomic
 // increment per claim, not per 1K-element tensor.
 constexpr int64_t kClaimElems = 16384;
@@ -151,7 +156,7 @@ bool sliceable(const Impl& impl, const Impl::Group& g, const Impl::Tensor& t) {
 // Appends the slices of round.calls[call]: one for a call that fits a single task, else
 // near-equal slices of whole vectors (whole rows for a per-row kernel), each run serially with
 // prefetches (KernelCall::serial). None for an empty call.
-void add_slices(Impl::Round& round, uint32_t call, const Schedule& s) {
+void add_slices(Impl::Round& round, uint32_t call, const Schedule& s, int threads) {
   const KernelCall& whole = round.calls[call].call;
   const int64_t n = whole.n, cols = whole.cols;
   if (n == 0) return;
@@ -161,7 +166,9 @@ void add_slices(Impl::Round& round, uint32_t call, const Schedule& s) {
   }
   const int64_t unit =
       cols > 0 ? cols : int64_t(std::max(s.vector_width, 1)) * std::max(s.unroll, 1);
-  const int64_t target = std::max(s.task_elems > 0 ? s.task_elems : kSliceElems, s.min_task);
+  const int64_t fewest = n / (kSlicesPerThread * std::max(threads, 1));
+  const int64_t target =
+      std::max(s.task_elems > 0 ? s.task_elems : std::max(kSliceElems, fewest), s.min_task);
   const int64_t count = std::max<int64_t>(1, (n + target - 1) / target);
   int64_t per = (n + count - 1) / count;
   per = (per + unit - 1) / unit * unit;
@@ -222,7 +229,7 @@ void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
       Impl::Round::Call& c = next_call();
       c.kernel = t.kernel.get();
       prepare_call(impl, g, t, created_now(t), c.call);
-      add_slices(round, static_cast<uint32_t>(calls), t.kernel->schedule());
+      add_slices(round, static_cast<uint32_t>(calls), t.kernel->schedule(), threads);
       ++calls;
       Impl::Round::Call& tail = next_call();
       if (tail_call(g, t, round.calls[calls - 1].call, tail.call)) {
