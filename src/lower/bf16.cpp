@@ -46,7 +46,7 @@ class Bf16Conversions : public IRMutator {
       if (!to_bf16) return to == f32 ? value : Cast::make(to, value);
     }
     if (value.type() != f32) value = Cast::make(f32, value);  // as Halide: other types via f32
-    if (hardware_ && lanes % 32 == 0)  // vcvtne2ps2bf16 (finish_bf16_pass)
+    if (hardware_ && lanes % 32 == 0)                         // vcvtne2ps2bf16 (finish_bf16_pass)
       return reinterpret(to, Call::make(u16, kF32ToBf16, {value}, Call::PureExtern));
     Expr bits = reinterpret(u32, value);
     Expr is_nan = (bits & 0x7fffffff) > 0x7f800000;
