@@ -84,7 +84,9 @@ namespace engine_detail {
 // packed by one shuffle on AVX-512BW (lower/bf16.h). 10: maxima and minima reduced in f32 (not
 // f64) and a row's whole vectors read without bounds (lower/reduce.h); row state. 11: f16
 // conversions whose lanes LLVM split or scalarized, and Halide's widening_add / _sub / _mul of
-// 16-bit floats, as whole-vector F16C instructions too (lower/f16c.h, lower/unary_lanes.h).
+// 16-bit floats, as whole-vector F16C instructions too (lower/f16c.h, lower/unary_lanes.h); bf16
+// narrowing of split or scalarized lanes packed too (lower/bf16.h). (Its AVX512-BF16 form is a
+// key part of its own: jit::cpu_extras_key.)
 constexpr const char* kLoweringVersion = "lowering-11";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,

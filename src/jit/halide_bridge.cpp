@@ -100,8 +100,7 @@ lower::CpuExtras cpu_extras(const std::string& target) {
     return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
   }();
   static const std::string own = host_target().to_string();
-  const char* forced = std::getenv("OPTFUSE_HOST_TARGET");
-  e.avx512_bf16 = bf16 && !(forced && *forced) && target == own;
+  e.avx512_bf16 = bf16 && target == own;
 #else
   (void)target;
 #endif

@@ -42,9 +42,11 @@ std::string toolchain_version();
 
 // What kernels for resolved target `target` use of this CPU beyond the target string
 // (lower.h, CpuExtras), as text for the kernel key: "" (nothing: the key is the target's alone)
-// or e.g. "+avx512bf16" (AVX512-BF16 narrowing: only for this machine's own target with
-// $OPTFUSE_HOST_TARGET unset, on a CPU that has the extension, so a cache shared with a machine
-// without it never hands that machine such an object).
+// or e.g. "+avx512bf16" (AVX512-BF16 narrowing: only for a target string equal to this CPU's
+// own, on a CPU that has the extension, so a cache shared with a machine without it never hands
+// that machine such an object). A function of the string and this CPU alone, so the key and the
+// compiled object always agree. So kernels warmed up on a machine without the extension (or
+// for any other target string) are misses on one with it, which compiles its own.
 std::string cpu_extras_key(const std::string& target);
 
 // Writes `value` converted (round-to-nearest-even) to dtype `t` at `out` (dtype_size(t) bytes).

@@ -20,11 +20,18 @@ namespace {
 using namespace Halide::Internal;
 using Halide::Expr;
 
+// Lanes the hardware narrowing takes: 32 times a power of two (hardware_bits concatenates
+// halves of equal width).
+bool whole_groups_of_32(unsigned lanes) {
+  return lanes % 32 == 0 && ((lanes / 32) & (lanes / 32 - 1)) == 0;
+}
+
 class Bf16Conversions : public IRMutator {
   using IRMutator::visit;
 
-  // Halide's widening_add / _sub / _mul of 16-bit floats (how it matches f32(a) + f32(b)) as
-  // the casts they stand for, so that the conversions below see them.
+  // Halide's widening_add / _sub / _mul of floats (how it matches f32(a) + f32(b) of 16-bit
+  // floats) as the casts they stand for, so that the conversions below see them (f32 -> f64
+  // ones too: Halide lowers them the same way).
   Expr visit(const Call* op) override {
     const bool widening = op->is_intrinsic(Call::widening_add) ||
                           op->is_intrinsic(Call::widening_sub) ||
@@ -46,7 +53,7 @@ class Bf16Conversions : public IRMutator {
       if (!to_bf16) return to == f32 ? value : Cast::make(to, value);
     }
     if (value.type() != f32) value = Cast::make(f32, value);  // as Halide: other types via f32
-    if (hardware_ && lanes % 32 == 0)                         // vcvtne2ps2bf16 (finish_bf16_pass)
+    if (hardware_ && whole_groups_of_32(lanes))               // vcvtne2ps2bf16 (finish_bf16_pass)
       return reinterpret(to, Call::make(u16, kF32ToBf16, {value}, Call::PureExtern));
     Expr bits = reinterpret(u32, value);
     Expr is_nan = (bits & 0x7fffffff) > 0x7f800000;
@@ -123,7 +130,7 @@ void finish_bf16_pass(llvm::Module& m) {
       m, kF32ToBf16, [&](llvm::IRBuilder<>& b, llvm::Value* x) -> llvm::Value* {
         auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
         const unsigned n = vt ? vt->getNumElements() : 1;
-        if (n % 32 != 0 || ((n / 32) & (n / 32 - 1)) != 0) return narrow_bits(b, x);
+        if (!whole_groups_of_32(n)) return narrow_bits(b, x);
         // Any subnormal lane (bits 1 .. 0x7fffff once the sign is cleared): the integer path.
         llvm::Type* i32s = llvm::FixedVectorType::get(b.getInt32Ty(), n);
         llvm::Value* magnitude =

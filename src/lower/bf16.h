@@ -25,8 +25,8 @@
 // zero. So each vector first checks for a subnormal lane and, if it has one (rarely: a moment
 // decayed for hundreds of steps), narrows with the integer operations. The pass emits a call of
 // kF32ToBf16 there, which Halide emits lane by lane; finish_bf16_pass, on the LLVM module
-// (src/jit/kernel_object.cpp runs it before code generation), makes each source vector's lanes
-// that check and the two paths, and lets the functions it changed use AVX512-BF16.
+// (src/jit/kernel_object.cpp runs it before code generation), makes each vector's lanes that
+// check and the two paths, and adds AVX512-BF16 to the module's code generation features.
 #include <Halide.h>
 
 namespace llvm {

@@ -16,8 +16,9 @@ using Halide::Expr;
 class F16cConversions : public IRMutator {
   using IRMutator::visit;
 
-  // Halide's widening_add / _sub / _mul of 16-bit floats (how it matches f32(a) + f32(b)) as
-  // the casts they stand for, so that the conversions below see them.
+  // Halide's widening_add / _sub / _mul of floats (how it matches f32(a) + f32(b) of 16-bit
+  // floats) as the casts they stand for, so that the conversions below see them (f32 -> f64
+  // ones too: Halide lowers them the same way).
   Expr visit(const Call* op) override {
     const bool widening = op->is_intrinsic(Call::widening_add) ||
                           op->is_intrinsic(Call::widening_sub) ||
@@ -51,10 +52,10 @@ void add_f16c_pass(Halide::Pipeline& p, const Halide::Target& target) {
 }
 
 // Halide emits each vector conversion call lane by lane (extractelement, call,
-// insertelement). Each call becomes a lane of ONE whole-vector conversion of the vector its lane
-// came from (LLVM folds the re-assembled lanes back into that vector), or, for a scalar, a scalar
-// conversion: fpext half -> float and fptrunc float -> half, which x86 with F16C selects as
-// vcvtph2ps / vcvtps2ph (round to nearest even).
+// insertelement). The calls of each vector become ONE whole-vector conversion
+// (replace_unary_lane_calls, unary_lanes.h), a lone scalar call a scalar one: fpext half ->
+// float and fptrunc float -> half, which x86 with F16C selects as vcvtph2ps / vcvtps2ph (round
+// to nearest even).
 void finish_f16c_pass(llvm::Module& m) {
   for (const char* name : {kF16ToF32, kF32ToF16}) {
     const bool widen = std::string(name) == kF16ToF32;

@@ -54,7 +54,7 @@ struct Lowered {
 };
 
 // What the CPU that runs the kernels has beyond what a Halide 14 target can say (the jit layer
-// decides it, and it is part of every kernel key: jit::cpu_extras).
+// decides it, and a kernel key names it when it is not empty: jit::cpu_extras_key).
 struct CpuExtras {
   // AVX512-BF16's vcvtne2ps2bf16 for f32 -> bf16 narrowing (bf16.h). Halide 14 knows the
   // extension only as part of avx512_sapphirerapids, which Zen 4 CPUs (no AVX512-FP16) lack.

@@ -166,7 +166,8 @@ void add_slices(Impl::Round& round, uint32_t call, const Schedule& s, int thread
   }
   const int64_t unit =
       cols > 0 ? cols : int64_t(std::max(s.vector_width, 1)) * std::max(s.unroll, 1);
-  const int64_t fewest = n / (kSlicesPerThread * std::max(threads, 1));
+  const int64_t most = kSlicesPerThread * std::max(threads, 1);
+  const int64_t fewest = (n + most - 1) / most;
   const int64_t target =
       std::max(s.task_elems > 0 ? s.task_elems : std::max(kSliceElems, fewest), s.min_task);
   const int64_t count = std::max<int64_t>(1, (n + target - 1) / target);

@@ -2,13 +2,20 @@
 with torch.optim.AdamW and with optfuse.torch.AdamW (cosine schedule, weight decay, grads set
 to None every step).
 
-Tolerance: the runs differ only by float32 rounding in the update (see test_trajectories.py),
-but training amplifies such differences over hundreds of steps, so params are not compared and
-no fixed bound fits every model. The yardstick is torch against itself: its fused and foreach
-AdamW are the same maths rounded differently. optfuse's loss curve must stay as close to torch's
-(foreach) as torch's fused curve does, within a factor 3 (measured here: MLP 6.8e-7 fused vs
-1.1e-6 optfuse; transformer 1.4% vs 2.5%, both from steps where the loss is small), and both must
-learn (final loss under half the first).
+Tolerance: the runs differ only by float32 rounding in the update (see test_trajectories.py:
+optfuse contracts AdamW's last multiply-add into one FMA, so after a step 30% of its weights
+are 1-2 ulp from torch's, in both directions), but training amplifies such differences over
+hundreds of steps, so params are not compared and no fixed bound fits every model. The yardstick
+is torch against itself, rounded differently: its fused AdamW, and its foreach AdamW with every
+update then moved one ulp up or down in a third of the elements (`Jittered`, 4 seeds). Where
+the loss curve goes is chaotic in those perturbations: on a 2-core Intel Xeon (torch 2.15) the
+transformer's worst relative deviation from torch's foreach curve was 0.24% for fused and
+0.45-2.45% for 8 jitter seeds, against 3.5% for optfuse (on a Zen 4 earlier: 1.4% fused, 2.5%
+optfuse; the MLP: 7e-7 fused, 9e-7 optfuse, 1e-6 jittered). optfuse's curve must stay within 3
+times the largest of them, and both must learn (final loss under half the first). Small changes
+of the maths (eps 1e-8 -> 1e-7, beta2 0.999 -> 0.998, amsgrad) move the transformer's curve by
+1.3-2.5% too, so this checks that optfuse trains like torch; the update's maths is checked step
+by step against torch in test_trajectories.py and the optimizer tests.
 """
 import functools
 
@@ -70,15 +77,36 @@ def train(kind, cls):
     return losses
 
 
+class Jittered(torch.optim.AdamW):
+    """torch's foreach AdamW, each update then moved one ulp up or down in a third of the
+    elements (drawn from `seed`): a rounding-level perturbation of every step."""
+
+    def __init__(self, params, seed, **kw):
+        super().__init__(params, foreach=True, **kw)
+        self.gen = torch.Generator().manual_seed(seed)
+
+    @torch.no_grad()
+    def step(self):
+        super().step()
+        for group in self.param_groups:
+            for p in group["params"]:
+                r = torch.rand(p.shape, generator=self.gen)
+                up = torch.nextafter(p, torch.full_like(p, float("inf")))
+                down = torch.nextafter(p, torch.full_like(p, float("-inf")))
+                p.copy_(torch.where(r < 1 / 6, up, torch.where(r < 1 / 3, down, p)))
+
+
 @pytest.mark.parametrize("kind", ["mlp", "transformer"])
 def test_loss_curves_agree_with_torch(kind):
     torch.set_num_threads(1)  # deterministic forward/backward in every run
     ref = train(kind, functools.partial(torch.optim.AdamW, foreach=True))
-    fused = train(kind, functools.partial(torch.optim.AdamW, fused=True))
+    others = [train(kind, functools.partial(torch.optim.AdamW, fused=True))]
+    others += [train(kind, functools.partial(Jittered, seed=s)) for s in range(1, 5)]
     ours = train(kind, oft.AdamW)
 
     def worst(a, b):
         return max(abs(x - y) / abs(x) for x, y in zip(a, b))
 
+    yardstick = max(worst(ref, o) for o in others)
     assert ref[-1] < 0.5 * ref[0] and ours[-1] < 0.5 * ours[0]
-    assert worst(ref, ours) <= 3 * worst(ref, fused) + 1e-5, (worst(ref, ours), worst(ref, fused))
+    assert worst(ref, ours) <= 3 * yardstick + 1e-5, (worst(ref, ours), yardstick)
