@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "lower/float_widening.h"
 #include "lower/unary_lanes.h"
 
 namespace optfuse::lower {
@@ -29,14 +30,9 @@ bool whole_groups_of_32(unsigned lanes) {
 class Bf16Conversions : public IRMutator {
   using IRMutator::visit;
 
-  // Halide's widening_add / _sub / _mul of floats (how it matches f32(a) + f32(b) of 16-bit
-  // floats) as the casts they stand for, so that the conversions below see them (f32 -> f64
-  // ones too: Halide lowers them the same way).
+  // Float widening intrinsics as casts, so that the conversions below see them.
   Expr visit(const Call* op) override {
-    const bool widening = op->is_intrinsic(Call::widening_add) ||
-                          op->is_intrinsic(Call::widening_sub) ||
-                          op->is_intrinsic(Call::widening_mul);
-    if (widening && op->args[0].type().is_float()) return mutate(lower_intrinsic(op));
+    if (Expr casts = expand_float_widening(op); casts.defined()) return mutate(casts);
     return IRMutator::visit(op);
   }
 
