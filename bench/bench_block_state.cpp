@@ -49,13 +49,14 @@ Engine& block_engine() {
   return e;
 }
 
-// The ceiling: the 8-bit kernel's buffers, each read and written once, per block.
-Graph ceiling_graph() {
-  Graph g("ceiling_q8");
+// The ceiling: the 8-bit kernel's buffers, each read and written once, per block; without
+// `scales`, the same elementwise traffic with no per-block state (BlockState/reads).
+Graph ceiling_graph(bool scales = true) {
+  Graph g(scales ? "ceiling_q8" : "reads_q8");
   g.output("param", g.param("param") + g.grad("grad"));
   for (const char* s : {"exp_avg", "exp_avg_sq"}) {
     g.output(s, cast(255.0 - cast(g.state(s, DType::U8), DType::F32), DType::U8));
-    g.output(optim::block_scale_name(s), g.row_state(optim::block_scale_name(s)) + 1.0);
+    if (scales) g.output(optim::block_scale_name(s), g.row_state(optim::block_scale_name(s)) + 1.0);
   }
   return g;
 }
@@ -194,10 +195,7 @@ void BM_BlockStateStep(benchmark::State& state) {
 void BM_Reads(benchmark::State& state) {
   const int64_t n = state.range(0);
   try {
-    Graph q8("reads_q8");
-    q8.output("param", q8.param("param") + q8.grad("grad"));
-    for (const char* s : {"exp_avg", "exp_avg_sq"})
-      q8.output(s, cast(255.0 - cast(q8.state(s, DType::U8), DType::F32), DType::U8));
+    const Graph q8 = ceiling_graph(/*scales=*/false);
     Graph heavy("reads_3r1w");
     heavy.output("param", heavy.param("param") + heavy.grad("grad") + heavy.state("exp_avg"));
     Arrays a(4, n);
