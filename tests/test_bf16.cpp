@@ -155,6 +155,7 @@ TEST(Bf16, NarrowingWithAndWithoutSubnormalLanes) {
       canonicalize(g), jit::resolve_schedule(Schedule(), host), host, "k"));
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "vcvtne2ps2bf16"), 0u);
+  EXPECT_GT(testing::occurrences(listing, "vfpclassps"), 0u);  // the subnormal test
 }
 
 // The f32 arithmetic instructions of an object, FMA forms merged (vfmadd132/213/231ps differ

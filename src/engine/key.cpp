@@ -87,7 +87,7 @@ namespace engine_detail {
 // 16-bit floats, as whole-vector F16C instructions too (lower/f16c.h, lower/unary_lanes.h); bf16
 // narrowing of split or scalarized lanes packed too (lower/bf16.h). (Its AVX512-BF16 form is a
 // key part of its own: jit::cpu_extras_key.)
-constexpr const char* kLoweringVersion = "lowering-11";
+constexpr const char* kLoweringVersion = "lowering-12";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

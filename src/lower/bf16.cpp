@@ -118,6 +118,23 @@ llvm::Value* hardware_bits(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x
   return parts[0];
 }
 
+// Whether any lane of `x` (a multiple of 16 f32 lanes) is subnormal: one vfpclassps per 16 lanes
+// (class bit 5, "denormal"), the masks or-ed, one kortest. The integer test (clear the sign,
+// subtract 1, compare below 0x7fffff) takes 4 vector instructions per 16 lanes, in loops whose
+// vector ports are their limit (src/lower/README.md).
+llvm::Value* any_subnormal(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x, unsigned n) {
+  llvm::Function* fpclass =
+      llvm::Intrinsic::getDeclaration(&m, llvm::Intrinsic::x86_avx512_fpclass_ps_512);
+  llvm::Value* any = nullptr;
+  for (unsigned first = 0; first < n; first += 16) {
+    std::vector<int> idx;
+    for (unsigned i = 0; i < 16; ++i) idx.push_back(static_cast<int>(first + i));
+    llvm::Value* sub = b.CreateCall(fpclass, {b.CreateShuffleVector(x, idx), b.getInt32(0x20)});
+    any = any ? b.CreateOr(any, sub) : sub;
+  }
+  return b.CreateOrReduce(any);
+}
+
 }  // namespace
 
 void finish_bf16_pass(llvm::Module& m) {
@@ -127,14 +144,7 @@ void finish_bf16_pass(llvm::Module& m) {
         auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
         const unsigned n = vt ? vt->getNumElements() : 1;
         if (!whole_groups_of_32(n)) return narrow_bits(b, x);
-        // Any subnormal lane (bits 1 .. 0x7fffff once the sign is cleared): the integer path.
-        llvm::Type* i32s = llvm::FixedVectorType::get(b.getInt32Ty(), n);
-        llvm::Value* magnitude =
-            b.CreateAnd(b.CreateBitCast(x, i32s), llvm::ConstantInt::get(i32s, 0x7fffffff));
-        llvm::Value* subnormal =
-            b.CreateICmpULT(b.CreateSub(magnitude, llvm::ConstantInt::get(i32s, 1)),
-                            llvm::ConstantInt::get(i32s, 0x7fffff));
-        llvm::Value* any = b.CreateOrReduce(subnormal);
+        llvm::Value* any = any_subnormal(b, m, x, n);  // then the integer path
         llvm::Instruction* slow_end = nullptr;
         llvm::Instruction* fast_end = nullptr;
         llvm::MDNode* rarely = llvm::MDBuilder(m.getContext()).createBranchWeights(1, 1 << 20);
@@ -150,15 +160,17 @@ void finish_bf16_pass(llvm::Module& m) {
         changed = true;
         return bits;
       });
-  // The code generator takes its features from the module (Halide's "halide_mattrs" flag):
-  // the extension is added there when the module uses it and Halide did not list it.
+  // The code generator takes its features from the module (Halide's "halide_mattrs" flag): the
+  // extensions the fast path uses (vcvtne2ps2bf16; vfpclassps, which every CPU with the former
+  // has) are added there when Halide did not list them.
   if (!changed) return;
   auto* flag = llvm::dyn_cast_or_null<llvm::MDString>(m.getModuleFlag("halide_mattrs"));
-  const std::string mattrs = flag ? flag->getString().str() : "";
-  if (mattrs.find("+avx512bf16") == std::string::npos)
-    m.setModuleFlag(
-        llvm::Module::Warning, "halide_mattrs",
-        llvm::MDString::get(m.getContext(), mattrs + (mattrs.empty() ? "" : ",") + "+avx512bf16"));
+  std::string mattrs = flag ? flag->getString().str() : "";
+  for (const char* feature : {"+avx512bf16", "+avx512dq"})
+    if (mattrs.find(feature) == std::string::npos)
+      mattrs += (mattrs.empty() ? "" : ",") + std::string(feature);
+  m.setModuleFlag(llvm::Module::Warning, "halide_mattrs",
+                  llvm::MDString::get(m.getContext(), mattrs));
 }
 
 void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx512_bf16) {
