@@ -20,10 +20,10 @@
 
 #include "bench/scalar_ref.h"
 #include "bench/support.h"
-#include "bench/unfused.h"
 #include "optfuse/optfuse.hpp"
 #include "optim/rule.h"
 #include "tools/bandwidth.h"
+#include "tools/unfused.h"
 
 namespace optfuse::bench {
 namespace {
@@ -117,7 +117,8 @@ void BM_AdamW_Unfused(benchmark::State& state) {
   const int64_t n = state.range(0);
   try {
     Arrays a(5, n);
-    Unfused u = Unfused::adamw(a[0], a[1], a[2], a[3], a[4], n, adamw_scalars());
+    tools::Unfused u =
+        tools::Unfused::adamw(engine(), a[0], a[1], a[2], a[3], a[4], n, adamw_scalars());
     for (int i = 0; i < kWarmup; ++i) u.run();
     state.SetLabel(u.label());
     state.counters["moved_B_per_elem"] = static_cast<double>(u.traffic_per_element());
@@ -153,8 +154,9 @@ void BM_SGDMomentum_Unfused(benchmark::State& state) {
   try {
     Arrays a(3, n);
     const Options o = sgd_options();
-    Unfused u = Unfused::sgd_momentum(a[0], a[1], a[2], n, o["lr"].get<double>(),
-                                      o["momentum"].get<double>(), o["dampening"].get<double>());
+    tools::Unfused u =
+        tools::Unfused::sgd_momentum(engine(), a[0], a[1], a[2], n, o["lr"].get<double>(),
+                                     o["momentum"].get<double>(), o["dampening"].get<double>());
     for (int i = 0; i < kWarmup; ++i) u.run();
     state.SetLabel(u.label());
     state.counters["moved_B_per_elem"] = static_cast<double>(u.traffic_per_element());

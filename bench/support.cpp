@@ -7,6 +7,7 @@
 #include "optfuse/error.h"
 #include "optfuse/optim.h"
 #include "tools/bandwidth.h"
+#include "tools/unfused.h"
 
 namespace optfuse::bench {
 
@@ -59,30 +60,7 @@ float* Arrays::operator[](int i) const {
 KernelCall make_call(const Kernel& k, const std::map<std::string, float*>& tensors,
                      const std::map<std::string, double>& scalars, int64_t n,
                      const std::map<std::string, float*>& out) {
-  const KernelSignature& sig = k.signature();
-  KernelCall call;
-  call.n = n;
-  for (const auto& in : sig.inputs) {
-    auto it = tensors.find(in.name);
-    if (it == tensors.end()) throw Error(k.name() + ": no array given for input '" + in.name + "'");
-    call.inputs.push_back(it->second);
-  }
-  for (const auto& s : sig.scalars) {
-    auto it = scalars.find(s.name);
-    if (it == scalars.end()) throw Error(k.name() + ": no value given for scalar '" + s.name + "'");
-    call.scalars.push_back(it->second);
-  }
-  for (const auto& o : sig.outputs) {
-    auto it = out.find(o.replaces);
-    if (it != out.end()) {
-      call.outputs.push_back(it->second);
-      continue;
-    }
-    int i = sig.input_index(o.replaces);
-    if (i < 0) throw Error(k.name() + ": output replaces unknown input '" + o.replaces + "'");
-    call.outputs.push_back(call.inputs[static_cast<size_t>(i)]);
-  }
-  return call;
+  return tools::bind_call(k, tensors, scalars, n, out);
 }
 
 double median(std::vector<double> v) {

@@ -136,6 +136,9 @@ TEST_F(CacheCli, WarmDemoCompilesNothing) {
   EXPECT_EQ(j["kernels_compiled"], 0);
   EXPECT_EQ(j["runtime_compiles"], 0);
   EXPECT_GE(j["disk_hits"], 2);
+  // The unfused baseline ran (f32 AdamW): torch's 8 passes move 80 B/element.
+  EXPECT_EQ(j["unfused_bytes_per_element"], 80);
+  EXPECT_GT(j["speedup_over_unfused"].get<double>(), 0.0);
   // Reported, not asserted (timings belong in benchmarks: bench/warm_start.sh).
   std::printf("start-up: cold %.1f ms, warm %.1f ms\n", cold.json()["startup_ms"].get<double>(),
               j["startup_ms"].get<double>());
