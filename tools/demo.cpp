@@ -287,7 +287,10 @@ int run_demo(const DemoOptions& o) {
     log(o, "preparing the unfused baseline (torch's AdamW algorithm, one pass per op) ...\n");
     std::vector<bool> decays;
     for (const auto& t : layout) decays.push_back(t.decay);
-    eager = std::make_unique<UnfusedAdamW>(engine, params, grads, decays, 3e-4, 0.9, 0.95, 0.1);
+    eager = std::make_unique<UnfusedAdamW>(
+        engine, params, grads, decays, config["lr"].get<double>(), config["betas"][0].get<double>(),
+        config["betas"][1].get<double>(),
+        overrides[0]["weight_decay"].get<double>());  // the demo's AdamW hyperparameters
   }
 
   std::vector<double> times, limit_times, shares, eager_times;
