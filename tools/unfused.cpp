@@ -1,9 +1,10 @@
 #include "tools/unfused.h"
 
 #include <chrono>
-#include <cmath>
+#include <memory>
 
 #include "optfuse/error.h"
+#include "optim/rule.h"
 
 namespace optfuse::tools {
 namespace {
@@ -132,7 +133,11 @@ UnfusedAdamW::UnfusedAdamW(Engine& e, const std::vector<std::vector<float>>& par
                            const std::vector<std::vector<float>>& grads,
                            const std::vector<bool>& decay, double lr, double beta1, double beta2,
                            double weight_decay) {
-  const double step = 10, eps = 1e-8;
+  // The scalars as the fused step computes them (the library's AdamW rule, at step 10).
+  const std::unique_ptr<optim::UpdateRule> rule = optim::make_rule("adamw");
+  Options hyper = rule->defaults();
+  hyper["lr"] = lr;
+  hyper["betas"] = {beta1, beta2};
   arrays_.reserve(4 * params.size());  // no reallocation: the calls keep the arrays' addresses
   for (size_t i = 0; i < params.size(); ++i) {
     const size_t n = params[i].size();
@@ -142,14 +147,9 @@ UnfusedAdamW::UnfusedAdamW(Engine& e, const std::vector<std::vector<float>>& par
     arrays_.emplace_back(n, 0.0f);   // the temporary
     float* a[4];
     for (int k = 0; k < 4; ++k) a[k] = arrays_[arrays_.size() - 4 + static_cast<size_t>(k)].data();
-    const std::map<std::string, double> scalars = {
-        {"decay", 1.0 - lr * (decay[i] ? weight_decay : 0.0)},
-        {"one_minus_beta1", 1.0 - beta1},
-        {"beta2", beta2},
-        {"one_minus_beta2", 1.0 - beta2},
-        {"inv_bias_correction2_sqrt", 1.0 / std::sqrt(1.0 - std::pow(beta2, step))},
-        {"eps", eps},
-        {"step_size", lr / (1.0 - std::pow(beta1, step))}};
+    hyper["weight_decay"] = decay[i] ? weight_decay : 0.0;
+    std::map<std::string, double> scalars;
+    rule->scalars(hyper, optim::TensorStep{10, false}, &scalars);
     steps_.push_back(Unfused::adamw(e, a[0], const_cast<float*>(grads[i].data()), a[1], a[2], a[3],
                                     static_cast<int64_t>(n), scalars));
     bytes_ += steps_.back().traffic_per_element() * static_cast<int64_t>(n);

@@ -56,7 +56,7 @@ class Unfused {
 
 // Torch's unfused AdamW (Unfused::adamw) over a model's tensors, as `optfuse demo` times it
 // beside the fused step: each tensor's own copy of its params and fresh state (the model is
-// untouched), reading the model's grads. Hyperparameters as the demo's (lr, betas, eps, weight
+// untouched), reading the model's grads. Hyperparameters as the demo's (lr, betas, weight
 // decay per tensor), at step 10; the values only matter for what the passes compute.
 class UnfusedAdamW {
  public:

@@ -86,8 +86,10 @@ namespace engine_detail {
 // conversions whose lanes LLVM split or scalarized, and Halide's widening_add / _sub / _mul of
 // 16-bit floats, as whole-vector F16C instructions too (lower/f16c.h, lower/unary_lanes.h); bf16
 // narrowing of split or scalarized lanes packed too (lower/bf16.h). (Its AVX512-BF16 form is a
-// key part of its own: jit::cpu_extras_key.)
-constexpr const char* kLoweringVersion = "lowering-12";
+// key part of its own: jit::cpu_extras_key.) 12: bf16 narrowing's subnormal test by vfpclassps.
+// 13: selects on a bool scalar compiled as a loop per value (lower/schedule.h, `cases`); uniform
+// f32 -> f64 widenings in the element loop, so that they reach the FMA (lower/fma.h).
+constexpr const char* kLoweringVersion = "lowering-13";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

@@ -115,7 +115,7 @@ std::map<std::vector<llvm::Value*>, Group> group_lanes(const std::vector<llvm::C
 // Whether `v` is the result of a call to `fn` (a lane not yet replaced).
 bool is_call_to(llvm::Value* v, llvm::Function* fn) {
   auto* call = llvm::dyn_cast<llvm::CallInst>(v);
-  return call && call->getCalledFunction() == fn;
+  return fn && call && call->getCalledFunction() == fn;
 }
 
 // The group's calls become lanes of ONE call of `id` placed before the group's first call
@@ -150,41 +150,43 @@ void replace_scalar(llvm::Module& m, llvm::Intrinsic::ID id, llvm::CallInst* c) 
 }
 
 // Halide emits each vector call lane by lane (extractelement of each operand, call,
-// insertelement), and a call may take another call's lane directly. So the calls are replaced
-// in rounds, producers first: a group whose operands include a lane not yet replaced waits,
-// and once its producer is one vector call that operand is an extract of it, and the group
-// regroups by that vector.
-void replace_lane_calls(llvm::Module& m, const char* name, llvm::Intrinsic::ID id) {
+// insertelement), and a call may take another call's lane directly (of its own function or of
+// another: fma of a square root). So the calls are replaced in rounds, producers first: a group
+// whose operands include a lane not yet replaced waits, and once its producer is one vector call
+// that operand is an extract of it, and the group regroups by that vector. One round replaces
+// the ready calls of `name`; whether it replaced any.
+bool replace_ready_lane_calls(llvm::Module& m, const char* name, llvm::Intrinsic::ID id) {
   llvm::Function* fn = m.getFunction(name);
-  if (!fn) return;
-  for (bool progress = true; progress && !fn->use_empty();) {
-    progress = false;
-    std::vector<llvm::CallInst*> calls, scalar;
-    for (llvm::User* u : fn->users())
-      if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
-    auto groups = group_lanes(calls, &scalar);
-    // Which are ready is decided before any call is replaced (a replaced call is freed).
-    auto waits = [&](auto begin, auto end) {
-      return std::any_of(begin, end, [&](llvm::Value* v) { return is_call_to(v, fn); });
-    };
-    std::vector<const std::pair<const std::vector<llvm::Value*>, Group>*> ready_groups;
-    for (const auto& entry : groups)
-      if (!waits(entry.first.begin(), entry.first.end())) ready_groups.push_back(&entry);
-    std::vector<llvm::CallInst*> ready_scalars;
-    for (llvm::CallInst* c : scalar)
-      if (!waits(c->arg_begin(), c->arg_end())) ready_scalars.push_back(c);
-    for (const auto* entry : ready_groups) replace_group(m, id, entry->first, entry->second);
-    for (llvm::CallInst* c : ready_scalars) replace_scalar(m, id, c);
-    progress = !ready_groups.empty() || !ready_scalars.empty();
-  }
+  if (!fn) return false;
+  std::vector<llvm::CallInst*> calls, scalar;
+  for (llvm::User* u : fn->users())
+    if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
+  auto groups = group_lanes(calls, &scalar);
+  // Which are ready is decided before any call is replaced (a replaced call is freed).
+  auto waits = [&](auto begin, auto end) {
+    return std::any_of(begin, end, [&](llvm::Value* v) {
+      return is_call_to(v, m.getFunction(kFmaF32)) || is_call_to(v, m.getFunction(kSqrtF32));
+    });
+  };
+  std::vector<const std::pair<const std::vector<llvm::Value*>, Group>*> ready_groups;
+  for (const auto& entry : groups)
+    if (!waits(entry.first.begin(), entry.first.end())) ready_groups.push_back(&entry);
+  std::vector<llvm::CallInst*> ready_scalars;
+  for (llvm::CallInst* c : scalar)
+    if (!waits(c->arg_begin(), c->arg_end())) ready_scalars.push_back(c);
+  for (const auto* entry : ready_groups) replace_group(m, id, entry->first, entry->second);
+  for (llvm::CallInst* c : ready_scalars) replace_scalar(m, id, c);
   if (fn->use_empty()) fn->eraseFromParent();
+  return !ready_groups.empty() || !ready_scalars.empty();
 }
 
 }  // namespace
 
 void finish_fma_pass(llvm::Module& m) {
-  replace_lane_calls(m, kFmaF32, llvm::Intrinsic::fma);
-  replace_lane_calls(m, kSqrtF32, llvm::Intrinsic::sqrt);
+  for (bool progress = true; progress;) {
+    const bool fma = replace_ready_lane_calls(m, kFmaF32, llvm::Intrinsic::fma);
+    progress = replace_ready_lane_calls(m, kSqrtF32, llvm::Intrinsic::sqrt) || fma;
+  }
 }
 
 }  // namespace optfuse::lower

@@ -220,19 +220,29 @@ class PipelineBuilder {
       return !n.is_tensor && !op_has(n.op, kLeaf) &&
              std::find(uniform_ids_.begin(), uniform_ids_.end(), id) == uniform_ids_.end();
     };
+    auto slot_of = [&](NodeId id) { return widened_uniform(id) ? g_.node(id).args[0] : id; };
     for (size_t id = 0; id < g_.nodes().size(); ++id) {
       const Node& n = g_.nodes()[id];
       if (n.is_tensor && in_main[id] && !op_has(n.op, kRowReduce))
         for (NodeId a : n.args)
-          if (wants_slot(a)) uniform_ids_.push_back(a);
+          if (wants_slot(slot_of(a))) uniform_ids_.push_back(slot_of(a));
     }
     for (const Output& o : g_.outputs())
-      if (wants_slot(o.value)) uniform_ids_.push_back(o.value);
+      if (wants_slot(slot_of(o.value))) uniform_ids_.push_back(slot_of(o.value));
     if (uniform_ids_.empty()) return;
     std::vector<Expr> values;
     for (NodeId id : uniform_ids_) values.push_back(uniform(id));
     funcs_.uniforms = Func("uniforms");
     define(funcs_.uniforms, {}, values);
+  }
+
+  // A uniform f32 -> f64 widening is done in the element loop from its f32 slot (exact, and
+  // loop-invariant), not in a slot of its own: f32(f64(a) * f64(b) + f64(c)) with a uniform
+  // operand must show its f32 operands to become one FMA (fma.h).
+  bool widened_uniform(NodeId id) const {
+    const Node& n = g_.node(id);
+    return !n.is_tensor && n.op == Op::Cast && n.dtype == DType::F64 &&
+           g_.node(n.args[0]).dtype == DType::F32;
   }
 
   // A uniform node in terms of Params, constants and reduction totals (exact precision: it runs
@@ -292,6 +302,8 @@ class PipelineBuilder {
                        ids.size());
     }
     if (n.is_tensor) return tensor(id, ctx);
+    if (widened_uniform(id) && ctx == kMain)
+      return lower_op(n.op, n.dtype, {operand(n.args[0], ctx)}, Precision::Fast);
     if (op_has(n.op, kLeaf) || ctx != kMain) return uniform(id);
     auto it = std::find(uniform_ids_.begin(), uniform_ids_.end(), id);
     if (it == uniform_ids_.end()) internal_error("lower: uniform node without a slot");
@@ -323,6 +335,14 @@ class PipelineBuilder {
       Expr fma = exact_fma_f32(args[0]);
       if (fma.defined()) return memo = fma;
     }
+    // A select on a bool scalar: a case the schedules compile a loop for per value (at most
+    // kMaxCases of them: each doubles the code).
+    const Node& cond = n.op == Op::Select ? g_.node(n.args[0]) : n;
+    if (n.op == Op::Select && cond.op == Op::Scalar && cond.dtype == DType::Bool &&
+        funcs_.cases.size() < kMaxCases &&
+        std::none_of(funcs_.cases.begin(), funcs_.cases.end(),
+                     [&](const Expr& c) { return c.same_as(args[0]); }))
+      funcs_.cases.push_back(args[0]);
     return memo = lower_op(n.op, n.dtype, args, Precision::Fast);
   }
 

@@ -58,6 +58,13 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
     streaming.split(xso, xss, xsu, s.unroll, TailStrategy::GuardWithIf).unroll(xsu);
     f.out.split(xi, xs, xu, s.unroll, TailStrategy::GuardWithIf).unroll(xu);
   }
+  // Each specialization copies its stage's schedule so far (not the other specializations):
+  // so every stage gets its own, after its splits; the default stage's comes after the others.
+  for (const Halide::Expr& c : f.cases) {
+    streaming.specialize(c);
+    single.specialize(c);
+    f.out.specialize(c);
+  }
   // All inputs of a vector are loaded before any output of it is stored: in place is safe by
   // construction rather than by LLVM's alias analysis.
   if (f.load.defined()) f.load.compute_at(f.out, xv);
@@ -79,14 +86,18 @@ void apply_cpu_row_schedule(PipelineFuncs& f, const Schedule& s) {
   Halide::Expr cols = f.out.output_buffers()[0].dim(0).extent();
   Halide::Expr rows = f.out.output_buffers()[0].dim(1).extent();
   Halide::Expr rows_per_task = Halide::max(f.chunk / cols, 1);
-  f.out.specialize(rows <= rows_per_task)
-      .split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
+  Halide::Stage single = f.out.specialize(rows <= rows_per_task);
+  single.split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
       .vectorize(xv)
       .split(f.y, yo, yi, rows_per_task, TailStrategy::GuardWithIf);
   f.out.split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
       .vectorize(xv)
       .split(f.y, yo, yi, rows_per_task, TailStrategy::GuardWithIf)
       .parallel(yo);
+  for (const Halide::Expr& c : f.cases) {  // as in the flat schedule
+    single.specialize(c);
+    f.out.specialize(c);
+  }
   for (RowReduction& r : f.rows) schedule_rows(r, Halide::LoopLevel(f.out, yi), s.vector_width);
   for (Halide::Func& v : f.row_values)
     if (v.defined()) v.compute_at(f.out, yi).bound_extent(f.y, 1);

@@ -13,6 +13,8 @@ namespace optfuse::lower {
 // The Funcs of one lowered pipeline (see lower.h); `load` and `uniforms` may be undefined (no
 // tensor inputs, no uniform subexpressions), `out` too (a graph with results only), and
 // `results` (a graph without results).
+constexpr size_t kMaxCases = 2;
+
 struct PipelineFuncs {
   Halide::Func out, load, uniforms;
   Halide::Func row_out;  // per-row graphs with row state: row_out(y), its new values
@@ -30,6 +32,10 @@ struct PipelineFuncs {
   std::vector<RowReduction> rows;          // per-row stages (per_row graphs)
   bool per_row = false;                    // 2-D: out(x, y), x along a row of `cols` elements
   Halide::Var y{"y"};
+  // Scalar params (bool) that selects in the element loop branch on: the CPU schedules compile
+  // a loop for each of their values, in which the select is gone (the Adam graphs' exact
+  // divide by a multiply-add, src/optim/exact_division.h).
+  std::vector<Halide::Expr> cases;  // at most kMaxCases
   // Loops that get software prefetches (lower/prefetch.h): those whose name contains one of these.
   std::vector<std::string> prefetch_loops;
 };

@@ -19,12 +19,14 @@
 //   p = p * (1 - lr * weight_decay)           (AdamW; rounded before the step is added)
 //   v = (1 - beta2) * g * g + v * beta2       (torch's binary contracts it as fma(c*g, g, v*beta2);
 //                                              here an f64 multiply-add of the f32 products)
-//   denom = sqrt(v) / sqrt(1 - beta2^t) + eps  (a divide, not a multiply by the reciprocal)
+//   denom = sqrt(v) / sqrt(1 - beta2^t) + eps  (correctly rounded: a divide, or a multiply-add
+//                                              where it is exact, src/optim/exact_division.h)
 //   p = p + (-step_size * m) / denom
 // so that the rounded params and moments are torch's bits (tests/python/test_master_weights.py).
 #include <cmath>
 
 #include "optim/adam_family.h"
+#include "optim/exact_division.h"
 #include "optim/grad_centralization.h"
 #include "optim/rule.h"
 
@@ -95,7 +97,17 @@ class Adam final : public UpdateRule {
       v_used = max(gr.state("max_exp_avg_sq"), v_new);
       gr.output("max_exp_avg_sq", v_used);
     }
-    Value denom = sqrt(v_used) / gr.scalar("bias_correction2_sqrt") + gr.scalar("eps");
+    // sqrt(v) / bias_correction2_sqrt, correctly rounded, as one multiply-add where the host
+    // proved that exact for this step's divisor (src/optim/exact_division.h), else divided. The
+    // condition is a scalar: the lowering compiles each case as a loop of its own.
+    Value root = sqrt(v_used);
+    Value by_fma =
+        cast(cast(root, DType::F64) * cast(gr.scalar("inv_bias_correction2_sqrt_hi"), DType::F64) +
+                 cast(strict(root * gr.scalar("inv_bias_correction2_sqrt_lo")), DType::F64),
+             DType::F32);
+    Value scaled = select(gr.scalar("inv_bias_correction2_sqrt_exact", DType::Bool), by_fma,
+                          root / gr.scalar("bias_correction2_sqrt"));
+    Value denom = scaled + gr.scalar("eps");
     gr.output("param", p + (gr.scalar("neg_step_size") * m_new) / denom);
     return gr;
   }
@@ -111,6 +123,10 @@ class Adam final : public UpdateRule {
     (*out)["step_size"] = lr / bias_correction1;
     (*out)["inv_bias_correction2_sqrt"] = 1.0 / std::sqrt(bias_correction2);
     (*out)["bias_correction2_sqrt"] = std::sqrt(bias_correction2);  // (unmastered_graph's)
+    const ScalarReciprocal r = split_reciprocal(static_cast<float>(std::sqrt(bias_correction2)));
+    (*out)["inv_bias_correction2_sqrt_hi"] = r.hi;
+    (*out)["inv_bias_correction2_sqrt_lo"] = r.lo;
+    (*out)["inv_bias_correction2_sqrt_exact"] = r.exact ? 1.0 : 0.0;
     (*out)["neg_step_size"] = -(lr / bias_correction1);
   }
 
