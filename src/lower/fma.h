@@ -15,7 +15,9 @@
 // on the LLVM module (src/jit/kernel_object.cpp runs it before code generation), turns the lanes
 // back into ONE llvm.fma of whole vectors (vfmadd...ps), and a scalar call into a scalar
 // llvm.fma. The result is the correctly rounded a * b + c: the f64 form's value except in those
-// double-rounding cases, where it is the one torch's kernel computes.
+// double-rounding cases, where it is the one torch's kernel computes. A sum the graph adds to
+// the result must be strict: Halide's float ops allow re-association, and LLVM folds
+// fma(a, b, x * y) + z into fma(a, b, fma(x, y, z)) (src/optim/adam.cpp).
 #include <Halide.h>
 
 namespace llvm {

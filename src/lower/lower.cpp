@@ -336,7 +336,8 @@ class PipelineBuilder {
       if (fma.defined()) return memo = fma;
     }
     // A select on a bool scalar: a case the schedules compile a loop for per value (at most
-    // kMaxCases of them: each doubles the code).
+    // kMaxCases of them: each adds a copy of every loop; a second case's select stays in the
+    // first case's loops).
     const Node& cond = n.op == Op::Select ? g_.node(n.args[0]) : n;
     if (n.op == Op::Select && cond.op == Op::Scalar && cond.dtype == DType::Bool &&
         funcs_.cases.size() < kMaxCases &&

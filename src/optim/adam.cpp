@@ -107,7 +107,9 @@ class Adam final : public UpdateRule {
              DType::F32);
     Value scaled = select(gr.scalar("inv_bias_correction2_sqrt_exact", DType::Bool), by_fma,
                           root / gr.scalar("bias_correction2_sqrt"));
-    Value denom = scaled + gr.scalar("eps");
+    // (strict: with the multiply-add, LLVM would make (fma(x, hi, x * lo) + eps) fma(x, hi,
+    // fma(x, lo, eps)), another rounding)
+    Value denom = strict(scaled + gr.scalar("eps"));
     gr.output("param", p + (gr.scalar("neg_step_size") * m_new) / denom);
     return gr;
   }
