@@ -9,6 +9,7 @@
 // exist (the check is not merely cautious).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -131,7 +132,7 @@ constexpr float kEps = 1e-8f;
 // Runs the kernel over every significand of [1, 2) plus the special values, with `exact` as
 // given (not necessarily true), on `n` of them (the single-task loop) or all.
 std::vector<float> run(const Kernel& k, float c, const ScalarReciprocal& r, bool exact,
-                       const std::vector<float>& x, bool serial) {
+                       const std::vector<float>& x, bool serial, int64_t cols = 0) {
   std::vector<float> p = x;
   KernelCall call;
   call.inputs.push_back(p.data());
@@ -143,6 +144,7 @@ std::vector<float> run(const Kernel& k, float c, const ScalarReciprocal& r, bool
                            : s.name == "eps" ? kEps
                                              : (exact ? 1.0 : 0.0));
   call.n = static_cast<int64_t>(p.size());
+  call.cols = cols;
   call.serial = serial;
   k.run(call);
   return p;
@@ -185,6 +187,45 @@ TEST_P(ExactDivision, EachLoopOfTheKernelComputesItsCase) {
           if (step == 51 && exact && in == &x) EXPECT_GT(differ, 0);
         }
       }
+    }
+  }
+}
+
+// The per-row schedule (the Adam graphs' grad_centralization form) gets the loops too: the
+// divided value is x - row_min(x) (exact in the reference: a minimum, then one f32 subtract).
+TEST(ExactDivisionRows, EachLoopOfThePerRowKernelComputesItsCase) {
+  Graph g("scaled_rows");
+  Value param = g.param("param");
+  Value r = param - row_min(param);
+  Value by_fma = cast(cast(r, DType::F64) * cast(g.scalar("hi"), DType::F64) +
+                          cast(strict(r * g.scalar("lo")), DType::F64),
+                      DType::F32);
+  Value q = select(g.scalar("exact", DType::Bool), by_fma, r / g.scalar("c"));
+  g.output("param", strict(q + g.scalar("eps")));
+  auto k = testing::shared_engine().kernel(g);
+  ASSERT_TRUE(k->signature().per_row);
+  const int64_t cols = 1000, rows = 4099;  // rows of several vectors and a ragged one
+  std::vector<float> x(static_cast<size_t>(cols * rows));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 1.0f + static_cast<float>(std::abs(testing::gen(91, i)));
+  const std::string stmt = testing::shared_engine().lowered_stmt(g);
+  EXPECT_NE(stmt.find("if ((uint1)"), std::string::npos);
+  for (int step : {10, 51}) {
+    const float c = divisor(0.999, step);
+    const ScalarReciprocal rec = split_reciprocal(c);
+    for (bool exact : {false, true}) {
+      std::vector<float> p = run(*k, c, rec, exact, x, false, cols);
+      int64_t bad = 0;
+      for (int64_t row = 0; row < rows; ++row) {
+        const float* in = &x[static_cast<size_t>(row * cols)];
+        const float m = *std::min_element(in, in + cols);
+        for (int64_t j = 0; j < cols; ++j) {
+          const float d = in[j] - m;
+          const float want = (exact ? optim::divide_by_fma(d, rec) : d / c) + kEps;
+          bad += bits(p[static_cast<size_t>(row * cols + j)]) != bits(want);
+        }
+      }
+      EXPECT_EQ(bad, 0) << "step " << step << ", exact " << exact;
     }
   }
 }
