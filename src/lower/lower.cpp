@@ -335,16 +335,19 @@ class PipelineBuilder {
       Expr fma = exact_fma_f32(args[0]);
       if (fma.defined()) return memo = fma;
     }
-    // A select on a bool scalar: a case the schedules compile a loop for per value (at most
-    // kMaxCases of them: each adds a copy of every loop; a second case's select stays in the
-    // first case's loops).
-    const Node& cond = n.op == Op::Select ? g_.node(n.args[0]) : n;
-    if (n.op == Op::Select && cond.op == Op::Scalar && cond.dtype == DType::Bool &&
-        funcs_.cases.size() < kMaxCases &&
-        std::none_of(funcs_.cases.begin(), funcs_.cases.end(),
-                     [&](const Expr& c) { return c.same_as(args[0]); }))
-      funcs_.cases.push_back(args[0]);
+    if (n.op == Op::Select) note_case(g_.node(n.args[0]), args[0]);
     return memo = lower_op(n.op, n.dtype, args, Precision::Fast);
+  }
+
+  // A select on a bool scalar: a case the schedules compile a loop for per value (at most
+  // kMaxCases of them: each adds a copy of every loop; a second case's select stays in the first
+  // case's loops).
+  void note_case(const Node& cond, const Expr& param) {
+    if (cond.op != Op::Scalar || cond.dtype != DType::Bool || funcs_.cases.size() >= kMaxCases)
+      return;
+    for (const Expr& c : funcs_.cases)
+      if (c.same_as(param)) return;
+    funcs_.cases.push_back(param);
   }
 
   // Input i at the current element: row state at its row.

@@ -32,14 +32,14 @@ bool candidates_pass(float c, const ScalarReciprocal& r) {
   const auto C = static_cast<int64_t>(std::ldexp(std::frexp(c, &exponent), 24));
   int j = 0;  // N * C has exactly j factors of two, so X * 2^s - N * C = T needs them in T too
   while (((C >> j) & 1) == 0) ++j;
-  const int64_t odd = C >> j;
+  const int64_t odd = C >> j, two_j = int64_t(1) << j;
   int64_t tried = 0;
   for (int s = 24; s <= 25; ++s) {
     const uint64_t inv = inverse_power_of_two(s - j, static_cast<uint64_t>(odd));
     for (int64_t t = -kMaxT; t <= kMaxT; ++t) {
-      if (t == 0 || t % (int64_t(1) << j) != 0 || (t / (int64_t(1) << j)) % 2 == 0) continue;
+      if (t == 0 || t % two_j != 0 || (t / two_j) % 2 == 0) continue;
       // X * 2^(s - j) = T / 2^j (mod odd), for X from 2^23 on.
-      const int64_t rhs = (t / (int64_t(1) << j) % odd + odd) % odd;
+      const int64_t rhs = (t / two_j % odd + odd) % odd;
       const auto x0 = static_cast<int64_t>(static_cast<uint64_t>(rhs) * inv % odd);
       int64_t X = x0 + ((int64_t(1) << 23) - x0 + odd - 1) / odd * odd;
       for (; X < (int64_t(1) << 24); X += odd) {
