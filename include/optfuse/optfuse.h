@@ -72,8 +72,8 @@ int optfuse_optimizer_add_group(optfuse_optimizer* opt, size_t n, float* const* 
                                 const char* overrides_json);
 
 /* Element types of params and grads (mixed precision): bf16 and f16 buffers hold raw 16-bit
- * words (uint16_t). */
-typedef enum { OPTFUSE_F32 = 0, OPTFUSE_BF16 = 1, OPTFUSE_F16 = 2 } optfuse_dtype;
+ * words (uint16_t); f64 params take f64 grads and keep f64 state (the step computed in double). */
+typedef enum { OPTFUSE_F32 = 0, OPTFUSE_BF16 = 1, OPTFUSE_F16 = 2, OPTFUSE_F64 = 3 } optfuse_dtype;
 
 /* As optfuse_optimizer_add_group, with every param of the group in param_dtype and every grad in
  * grad_dtype. A 16-bit param gets an f32 master copy inside the optimizer unless the group says

@@ -7,10 +7,10 @@
 //   opt->add_param_group({{b_ref, b_grad_ref}, ...}, {{"weight_decay", 0.0}});
 //   for (...) { /* fill grads */ opt->step(); }
 //
-// Parameters and gradients are buffers owned by the caller (f32, bf16 or f16), in host memory, or
-// in CUDA device memory for an engine with a CUDA target ("Device tensors" below); optimizer state
-// (exp_avg, momentum_buffer, sum, ...) is owned by the optimizer, created lazily at the first step
-// with torch's initial values (zeros; Adagrad's sum: initial_accumulator_value). One compiled
+// Parameters and gradients are buffers owned by the caller (f32, bf16, f16 or f64), in host memory,
+// or in CUDA device memory for an engine with a CUDA target ("Device tensors" below); optimizer
+// state (exp_avg, momentum_buffer, sum, ...) is owned by the optimizer, created lazily at the first
+// step with torch's initial values (zeros; Adagrad's sum: initial_accumulator_value). One compiled
 // kernel serves every tensor of every group whose update has the same STRUCTURE (e.g. AdamW without
 // AMSGrad); hyperparameter values and sizes are call arguments, so changing lr between steps never
 // recompiles.
@@ -57,7 +57,9 @@ using Options = nlohmann::json;  // torch.optim option names -> values, e.g. {"l
 // TensorRef{float_ptr, n} is an f32 tensor; bf16 and f16 are raw 16-bit words, e.g. uint16_t).
 //
 // Mixed precision (any optimizer): a group's params may be bf16 or f16, its grads f32, bf16 or
-// f16 (one param dtype and one grad dtype per group). A 16-bit param gets an f32 master copy
+// f16 (one param dtype and one grad dtype per group). f64 params (with f64 grads) are updated in
+// f64 throughout, their state f64 ("state_dtype" stays "f32", meaning full precision), as torch
+// steps float64 params. A 16-bit param gets an f32 master copy
 // owned by the optimizer (state "master", made from the param's values at its first step and
 // saved with the state); each step is ONE kernel pass that reads master and grad, computes in
 // f32, and writes master, state and the param rounded to its dtype. Group options:
@@ -250,6 +252,9 @@ class Optimizer {
   // param, a tensor already in this or another group, and invalid hyperparameters; unsupported
   // dtypes, and params (or grads) of different dtypes in one group.
   void add_param_group(const std::vector<ParamRef>& params, const Options& overrides = {});
+  // Error unless add_param_group would take a group with these overrides (merged with the
+  // defaults and validated as it does, e.g. a bad state_dtype); needs no tensors, changes nothing.
+  void check_group_options(const Options& overrides) const;
 
   // One update of every parameter of every group (one fused kernel call per tensor), or one
   // accumulation micro-step, or a skipped step (see StepResult and the step-level features).

@@ -123,9 +123,12 @@ optfuse::DType c_dtype(int code, const char* what) {
       return optfuse::DType::BF16;
     case OPTFUSE_F16:
       return optfuse::DType::F16;
+    case OPTFUSE_F64:
+      return optfuse::DType::F64;
   }
   throw optfuse::Error(std::string(what) + " dtype code " + std::to_string(code) +
-                       " is not one of OPTFUSE_F32 (0), OPTFUSE_BF16 (1), OPTFUSE_F16 (2)");
+                       " is not one of OPTFUSE_F32 (0), OPTFUSE_BF16 (1), OPTFUSE_F16 (2), " +
+                       "OPTFUSE_F64 (3)");
 }
 
 int add_group(optfuse_optimizer* opt, size_t n, void* const* params, int param_dtype,

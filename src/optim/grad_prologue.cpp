@@ -42,10 +42,11 @@ Graph with_grad_prologue(const Graph& rule_graph, const GradPrologue& p) {
 }
 
 Graph accumulate_graph(bool first, DType grad) {
+  const DType sum = grad == DType::F64 ? DType::F64 : DType::F32;  // f64 grads sum in f64
   Graph gr(std::string(first ? "grad_accum_init" : "grad_accum_add") +
            (grad == DType::F32 ? "" : "_g" + std::string(dtype_name(grad))));
-  Value acc = gr.state(kGradAccum), g = gr.grad("grad", grad);
-  if (grad != DType::F32) g = cast(g, DType::F32);
+  Value acc = gr.state(kGradAccum, sum), g = gr.grad("grad", grad);
+  if (grad != sum) g = cast(g, sum);
   gr.output(kGradAccum, first ? g : acc + g);
   return gr;
 }

@@ -157,17 +157,28 @@ const Options& Optimizer::group_options(size_t group) const {
   return group_at(*impl_, group).options;
 }
 
+// The options of a new group with `overrides`, merged and validated; Error naming `where`.
+static Options new_group_options(const Impl& impl, const Options& overrides,
+                                 const std::string& where) {
+  optim::reject_step_options(overrides, where);
+  Options options = optim::merge(impl.defaults, overrides, impl.rule->type(), where);
+  impl.rule->validate(options, where);
+  optim::validate_precision(options, where);
+  optim::check_device_group(impl.memory, *impl.rule, options, where);
+  return options;
+}
+
+void Optimizer::check_group_options(const Options& overrides) const {
+  new_group_options(*impl_, overrides, Impl::where(impl_->groups.size()));
+}
+
 void Optimizer::add_param_group(const std::vector<ParamRef>& params, const Options& overrides) {
   size_t gi = impl_->groups.size();
   std::string where = Impl::where(gi);
   if (params.empty()) throw Error(where + ": optimizer got an empty parameter list");
-  optim::reject_step_options(overrides, where);
   optim::check_can_add_group(*impl_, where);
   Impl::Group g;
-  g.options = optim::merge(impl_->defaults, overrides, impl_->rule->type(), where);
-  impl_->rule->validate(g.options, where);
-  optim::validate_precision(g.options, where);
-  optim::check_device_group(impl_->memory, *impl_->rule, g.options, where);
+  g.options = new_group_options(*impl_, overrides, where);
   for (size_t ti = 0; ti < params.size(); ++ti) {
     const ParamRef& r = params[ti];
     std::string who = Impl::where(gi, ti, r);

@@ -46,9 +46,9 @@ void validate_precision(const Options& h, const std::string& where) {
 }
 
 void check_tensor_dtype(DType t, const char* what, const std::string& where) {
-  if (t == DType::F32 || t == DType::BF16 || t == DType::F16) return;
+  if (t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64) return;
   throw Error(where + ": " + what + " dtype " + std::string(dtype_name(t)) +
-              " is not supported (params and grads are f32, bf16 or f16)");
+              " is not supported (params and grads are f32, bf16, f16 or f64)");
 }
 
 Precision group_precision(const Options& h, DType param, DType grad, const std::string& where) {
@@ -61,6 +61,17 @@ Precision group_precision(const Options& h, DType param, DType grad, const std::
   if (p.stochastic && param != DType::BF16)
     throw Error(where + ": stochastic_rounding needs bf16 params, the params are " +
                 std::string(dtype_name(param)));
+  if (param == DType::F64 || grad == DType::F64) {
+    if (param != grad)
+      throw Error(where + ": " + std::string(dtype_name(param)) + " params with " +
+                  std::string(dtype_name(grad)) +
+                  " grads: f64 params take f64 grads (and f64 grads f64 params)");
+    if (h.at("state_dtype") != "f32")
+      throw Error(where + ": state_dtype " + h.at("state_dtype").dump() +
+                  " with f64 params: their state is f64, computed and stored as the params");
+    p.state = DType::F64;
+    return p;
+  }
   if (p.unmastered()) {
     if (h.at("state_dtype") == "int8")
       throw Error(where + ": state_dtype \"int8\" with master_weights false and " +
@@ -142,6 +153,29 @@ class PrecisionRewriter {
   std::string param_name_;  // the rule's param input, when it is 16-bit
 };
 
+// Copies `in` with every f32 value made f64: the inputs, scalars, constants and ops (a cast to
+// f32 becomes one to f64), so the update is computed in f64 throughout.
+class WideningRewriter {
+ public:
+  explicit WideningRewriter(const Graph& in) : in_(in), out_(in.name() + "_f64") {}
+
+  Graph run() {
+    std::vector<NodeId> to_out;
+    for (Node n : in_.nodes()) {
+      if (n.dtype == DType::F32) n.dtype = DType::F64;
+      for (NodeId& a : n.args) a = to_out[a];
+      to_out.push_back(out_.add_node(std::move(n)));
+    }
+    for (const Output& o : in_.outputs()) out_.output(o.replaces, out_.value(to_out[o.value]));
+    for (const Result& r : in_.results()) out_.result(r.name, out_.value(to_out[r.value]));
+    return std::move(out_);
+  }
+
+ private:
+  const Graph& in_;
+  Graph out_;
+};
+
 }  // namespace
 
 Graph master_copy_graph(DType param) {
@@ -158,6 +192,7 @@ Graph rule_graph(const UpdateRule& rule, const Options& h, const Precision& p) {
 
 Graph apply_precision(const Graph& rule_graph, const Precision& p) {
   if (p.param == DType::F32 && p.grad == DType::F32 && p.state == DType::F32) return rule_graph;
+  if (p.wide()) return WideningRewriter(rule_graph).run();
   return PrecisionRewriter(rule_graph, p).run();
 }
 
@@ -168,6 +203,7 @@ std::vector<std::string> precision_state_names(std::vector<std::string> rule_nam
 }
 
 DType state_buffer_dtype(const std::string& name, const Precision& p) {
+  if (p.wide()) return DType::F64;
   // The accumulation buffer stays f32 whatever the state dtype: it sums k gradients.
   return name == kMasterState || name == kGradAccum ? DType::F32 : p.state;
 }
@@ -248,6 +284,11 @@ std::vector<float> widen_to_f32(const void* data, DType t, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
   if (t == DType::F32) {
     std::memcpy(out.data(), data, out.size() * sizeof(float));
+    return out;
+  }
+  if (t == DType::F64) {  // (rounded: f64 state seen as f32, state_values)
+    const auto* d = static_cast<const double*>(data);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(d[i]);
     return out;
   }
   if (t == DType::U8) {

@@ -1,9 +1,10 @@
 #pragma once
 // Mixed precision for every optimizer, as a transform of the rule's f32 update graph.
 //
-// A group's Precision says how its tensors are stored: params f32, bf16 or f16; grads f32, bf16
-// or f16; optimizer state f32, bf16, or (without master weights) the param's 16-bit dtype. The
-// rule always describes the update in f32; the transform adds the conversions, so ONE kernel pass
+// A group's Precision says how its tensors are stored: params f32, bf16, f16 or f64; grads f32,
+// bf16 or f16 (f64 with f64 params); optimizer state f32, bf16, or (without master weights) the
+// param's 16-bit dtype, or f64 with f64 params. The rule always describes the update in f32; the
+// transform adds the conversions, so ONE kernel pass
 //   * reads the f32 master copy of a 16-bit param (state "master", created from the param values
 //     at its first step) instead of the param, and the grad in its own dtype, widened to f32;
 //   * reads 16-bit states widened to f32, computes in f32, and stores them rounded (RNE);
@@ -20,6 +21,9 @@
 // of 4, but updates smaller than half a 16-bit ulp of the param are lost (the master copy keeps
 // them). Rules that have a torch twin with its own op order compute it that way in this mode
 // (UpdateRule::unmastered_graph) so that the rounded values are torch's.
+//
+// f64 params (torch's float64 params) take f64 grads and keep f64 state: the whole update is
+// computed in f64, its host scalars passed unrounded, as torch computes a float64 step.
 //
 // Group options (accepted by every optimizer, beside torch's):
 //   "state_dtype": "f32" (default) or "bf16"
@@ -42,9 +46,12 @@ struct Precision {
   DType state = DType::F32;
   bool stochastic = false;
   bool master = true;  // master_weights; only 16-bit params have a copy to keep or drop
-  bool has_master() const { return param != DType::F32 && master; }
+  bool low() const { return param == DType::BF16 || param == DType::F16; }
+  bool has_master() const { return low() && master; }
   // A 16-bit param updated in its own dtype (master_weights false).
-  bool unmastered() const { return param != DType::F32 && !master; }
+  bool unmastered() const { return low() && !master; }
+  // An f64 param: the update computed in f64 throughout.
+  bool wide() const { return param == DType::F64; }
   // (`master` matters only for 16-bit params.)
   bool operator==(const Precision& o) const {
     return param == o.param && grad == o.grad && state == o.state && stochastic == o.stochastic &&
@@ -61,12 +68,13 @@ Options precision_defaults();
 Options with_precision_defaults(Options rule_defaults);
 // Checks the precision options of merged group options `h` (kinds, names, seed range).
 void validate_precision(const Options& h, const std::string& where);
-// Error unless `t` is a dtype tensors may have (f32, bf16, f16); `what` is "param" or "grad".
+// Error unless `t` is a dtype tensors may have (f32, bf16, f16, f64); `what` is "param" or
+// "grad".
 void check_tensor_dtype(DType t, const char* what, const std::string& where);
 
 // The group's precision from its options and its tensors' dtypes. Throws if stochastic rounding
 // is asked for params that are not bf16, or without master weights for state_dtype "bf16" with
-// f16 params (the state is then f16).
+// f16 params (the state is then f16), or for f64 params with other grads or a state_dtype.
 Precision group_precision(const Options& h, DType param, DType grad, const std::string& where);
 
 class UpdateRule;
@@ -99,7 +107,8 @@ float from_bf16_bits(uint16_t b);
 float from_f16_bits(uint16_t b);
 // `x` rounded to 16-bit dtype `t` (bf16 or f16), as bits.
 uint16_t to_16bit(float x, DType t);
-// Widens `n` elements of dtype `t` at `data` to f32 (exact for every 16-bit value).
+// Widens `n` elements of dtype `t` at `data` to f32 (exact for every 16-bit value; f64 values are
+// rounded).
 std::vector<float> widen_to_f32(const void* data, DType t, int64_t n);
 
 }  // namespace optfuse::optim

@@ -11,6 +11,14 @@ StateBuffer StateBuffer::host(std::vector<float> values) {
   return b;
 }
 
+StateBuffer StateBuffer::host(std::vector<double> values) {
+  StateBuffer b;
+  b.kind_ = Kind::HostF64;
+  b.dtype_ = DType::F64;
+  b.f64_ = std::move(values);
+  return b;
+}
+
 StateBuffer StateBuffer::host(DType dtype, std::vector<uint16_t> bits) {
   StateBuffer b;
   b.kind_ = Kind::Host16;
@@ -51,6 +59,8 @@ void* StateBuffer::data() const {
   switch (kind_) {
     case Kind::HostF32:
       return const_cast<float*>(f32_.data());
+    case Kind::HostF64:
+      return const_cast<double*>(f64_.data());
     case Kind::Host16:
       return const_cast<uint16_t*>(bits_.data());
     case Kind::Host8:
@@ -67,6 +77,8 @@ int64_t StateBuffer::numel() const {
   switch (kind_) {
     case Kind::HostF32:
       return static_cast<int64_t>(f32_.size());
+    case Kind::HostF64:
+      return static_cast<int64_t>(f64_.size());
     case Kind::Host16:
       return static_cast<int64_t>(bits_.size());
     case Kind::Host8:

@@ -75,8 +75,8 @@ namespace {
 void add_blocked(Impl::Tensor& t, const std::string& name, const std::vector<float>& values,
                  int64_t block, std::vector<PendingState>* out) {
   const auto n = static_cast<int64_t>(values.size());
-  PendingState codes{&t, name, DType::U8, {}, {}, nullptr};
-  PendingState scales{&t, block_scale_name(name), DType::F32, {}, {}, nullptr};
+  PendingState codes{&t, name, DType::U8, {}, {}, {}, nullptr};
+  PendingState scales{&t, block_scale_name(name), DType::F32, {}, {}, {}, nullptr};
   codes.u8.resize(values.size());
   scales.f32.resize(static_cast<size_t>(block_count(n, block)));
   encode_blocks(values.data(), n, block, block_map(name), codes.u8.data(), scales.f32.data());
@@ -147,8 +147,14 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
       add_blocked(t, s.name, values, block, out);
       continue;
     }
-    PendingState p{&t, s.name, s.dtype, {}, {}, nullptr};
-    if (s.name == kMasterState) {
+    PendingState p{&t, s.name, s.dtype, {}, {}, {}, nullptr};
+    if (s.dtype == DType::F64) {  // f64 params' state: new (state_dtype is f32 for them)
+      p.f64.assign(n, rule.initial_state_value(g.options, s.name));
+      if (held_here) {
+        std::vector<float> held_values = state_values_f32(t, s.name, held->second);
+        p.f64.assign(held_values.begin(), held_values.end());
+      }
+    } else if (s.name == kMasterState) {
       p.f32 = widen_to_f32(t.ref.param.data, t.ref.param.dtype, t.ref.param.numel);
     } else if (held_here) {  // held in another dtype (state_dtype changed)
       std::vector<float> wide = state_values_f32(t, s.name, held->second);
@@ -176,7 +182,7 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
     if (block > 0) {
       add_blocked(t, name, values, block, out);
     } else {
-      PendingState p{&t, name, DType::F32, std::move(values), {}, nullptr};
+      PendingState p{&t, name, DType::F32, std::move(values), {}, {}, nullptr};
       out->push_back(std::move(p));
     }
   }
@@ -211,7 +217,7 @@ void plan_device_state(const Impl& impl, const Impl::Group& g, Impl::Tensor& t,
         internal_error(who + ": device state '" + s.name + "' changed dtype");
       continue;
     }
-    PendingState p{&t, s.name, s.dtype, {}, {}, nullptr, {}, 0};
+    PendingState p{&t, s.name, s.dtype, {}, {}, {}, nullptr, {}, 0};
     p.device = std::make_shared<DeviceBuffer>(impl.cuda_context, t.ref.param.numel, s.dtype,
                                               who + ": state '" + s.name + "'");
     if (s.name == kMasterState)
@@ -228,6 +234,7 @@ void install(PendingState& p) {
   const bool was_8bit = held != t.state.end() && held->second.dtype() == DType::U8;
   StateBuffer b = p.device                ? StateBuffer::device(std::move(p.device))
                   : p.dtype == DType::F32 ? StateBuffer::host(std::move(p.f32))
+                  : p.dtype == DType::F64 ? StateBuffer::host(std::move(p.f64))
                   : p.dtype == DType::U8  ? StateBuffer::host(std::move(p.u8))
                                           : StateBuffer::host(p.dtype, std::move(p.bf16));
   t.state.insert_or_assign(p.name, std::move(b));

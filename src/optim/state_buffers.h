@@ -24,6 +24,7 @@ struct PendingState {
   std::string name;
   DType dtype;
   std::vector<float> f32;
+  std::vector<double> f64;  // f64 params' state
   std::vector<uint16_t> bf16;
   std::shared_ptr<DeviceBuffer> device;  // device tensors: the buffer, already filled
   std::vector<uint8_t> u8;               // 8-bit state's codes

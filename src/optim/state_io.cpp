@@ -124,10 +124,10 @@ void Optimizer::save_state(const std::string& path) const {
   for (const auto& g : impl_->groups) {
     Options tensors = Options::array();
     for (const auto& t : g.tensors) {
-      // The file's order: f32 buffers by name, then bf16 ones, f16 ones and u8 ones.
+      // The file's order: f32 buffers by name, then bf16 ones, f16 ones, u8 ones and f64 ones.
       Options names = Options::array(), names16 = Options::array(), names_f16 = Options::array(),
-              names_u8 = Options::array();
-      for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::U8})
+              names_u8 = Options::array(), names_f64 = Options::array();
+      for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::U8, DType::F64})
         for (const auto& [name, buf] : t.state) {
           if (buf.dtype() != dtype) continue;
           // Between accumulation cycles the buffer holds nothing the next step reads.
@@ -135,6 +135,7 @@ void Optimizer::save_state(const std::string& path) const {
           (dtype == DType::F32    ? names
            : dtype == DType::BF16 ? names16
            : dtype == DType::F16  ? names_f16
+           : dtype == DType::F64  ? names_f64
                                   : names_u8)
               .push_back(name);
           append_buffer(buf, &data);
@@ -142,6 +143,7 @@ void Optimizer::save_state(const std::string& path) const {
       Options entry = {{"numel", t.ref.param.numel}, {"step", t.step}, {"state", names}};
       if (!names16.empty()) entry["state_bf16"] = names16;
       if (!names_f16.empty()) entry["state_f16"] = names_f16;
+      if (!names_f64.empty()) entry["state_f64"] = names_f64;
       if (!names_u8.empty()) {
         entry["state_u8"] = names_u8;
         entry["block_size"] = t.state_block;
@@ -299,6 +301,16 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
           std::vector<uint8_t> codes;
           read(&codes, numel);
           t.state.emplace(name, optim::StateBuffer::host(std::move(codes)));
+        }
+      if (ft.contains("state_f64"))  // f64 params' state
+        for (const auto& entry : ft.at("state_f64")) {
+          std::string name = entry.get<std::string>();
+          if (name == optim::kMasterState || optim::block_state_of(name) != name)
+            throw Error(Impl::where(gi, ti, ref) + ": '" + name + "' cannot be f64 state");
+          check_name(name);
+          std::vector<double> values;
+          read(&values, numel);
+          t.state.emplace(name, optim::StateBuffer::host(std::move(values)));
         }
       for (const auto& [name, buf] : t.state)  // every scale has its codes
         if (const std::string codes = optim::block_state_of(name);

@@ -50,21 +50,23 @@ void run_accumulate(const Impl& impl, const Kernel& k, Impl::Tensor& t, KernelCa
 // Accumulation buffers for every tensor lacking one, all made before any is installed: host
 // vectors, or device buffers (uninitialized: the first micro-step's kernel writes every element).
 void make_accum_buffers(Impl& impl) {
-  std::vector<std::pair<Impl::Tensor*, std::vector<float>>> host;
-  std::vector<std::pair<Impl::Tensor*, std::shared_ptr<DeviceBuffer>>> device;
+  std::vector<std::pair<Impl::Tensor*, StateBuffer>> made;
   for (size_t gi = 0; gi < impl.groups.size(); ++gi)
     for (size_t ti = 0; ti < impl.groups[gi].tensors.size(); ++ti) {
       Impl::Tensor& t = impl.groups[gi].tensors[ti];
       if (t.state.count(kGradAccum)) continue;
+      const auto n = static_cast<size_t>(t.ref.param.numel);
+      const bool wide = t.ref.grad.dtype == DType::F64;  // (accumulate_graph: f64 sums in f64)
       if (impl.memory == Memory::Cuda)
-        device.emplace_back(&t, std::make_shared<DeviceBuffer>(
-                                    impl.cuda_context, t.ref.param.numel, DType::F32,
-                                    Impl::where(gi, ti, t.ref) + ": state '" + kGradAccum + "'"));
+        made.emplace_back(&t,
+                          StateBuffer::device(std::make_shared<DeviceBuffer>(
+                              impl.cuda_context, t.ref.param.numel, wide ? DType::F64 : DType::F32,
+                              Impl::where(gi, ti, t.ref) + ": state '" + kGradAccum + "'")));
       else
-        host.emplace_back(&t, std::vector<float>(static_cast<size_t>(t.ref.param.numel)));
+        made.emplace_back(&t, wide ? StateBuffer::host(std::vector<double>(n))
+                                   : StateBuffer::host(std::vector<float>(n)));
     }
-  for (auto& [t, buf] : host) t->state.emplace(kGradAccum, StateBuffer::host(std::move(buf)));
-  for (auto& [t, buf] : device) t->state.emplace(kGradAccum, StateBuffer::device(std::move(buf)));
+  for (auto& [t, buf] : made) t->state.emplace(kGradAccum, std::move(buf));
 }
 
 // One micro-step before the k-th: grad_accum = grad (first) or grad_accum += grad, one kernel
