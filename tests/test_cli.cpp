@@ -93,8 +93,9 @@ TEST_F(Cli, WarmupIntoAnUnusableCacheFails) {
 }
 
 TEST_F(Cli, CacheLsColumnsLineUp) {
+  // (Two targets whatever the host: an AVX2 machine's host is the AVX2 one.)
   ASSERT_EQ(cli({"warmup", "--spec", kTinySpec, "--cache-dir", cache(), "--target",
-                 "host,x86-64-linux-avx-avx2-f16c-fma-sse41"})
+                 "x86-64-linux-sse41,x86-64-linux-avx-avx2-f16c-fma-sse41"})
                 .rc,
             0);
   Result ls = cli({"cache", "ls", "--cache-dir", cache()});
