@@ -1,9 +1,10 @@
 // optfuse._core: the C++ Engine and Optimizer for the Python package (python/optfuse/).
 //
-// Tensors cross as raw addresses (torch's data_ptr()), element counts and dtype names: the
-// Python layer (python/optfuse/torch/) owns every tensor, checks its device, layout and dtype,
-// and keeps torch's optimizer.state, whose buffers are bound here (Optimizer::bind_state). So a
-// call does no copying and no tensor-library work, and the binding needs no libtorch.
+// Tensors cross as raw addresses (torch's data_ptr()), element counts and dtype names when a
+// binding is made: the Python layer (python/optfuse/torch/) owns every tensor and keeps torch's
+// optimizer.state, whose buffers are bound here (Optimizer::bind_state). Each step then runs in
+// TorchStep (torch_step.h), which reads the torch tensors behind the Python objects itself:
+// every check of every param and gradient, and the hyperparameter sync, in C++.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -26,6 +27,8 @@
 #include "optfuse/parallel.h"
 #include "optfuse/partition.h"
 #include "optfuse/schedules.h"
+#include "py_json.h"
+#include "torch_step.h"
 
 namespace nb = nanobind;
 using optfuse::DType;
@@ -33,59 +36,11 @@ using optfuse::Options;
 
 namespace {
 
-// Python values (None, bool, int, float, str, list/tuple, dict) as JSON, as the C++ API takes
-// options; anything else is a TypeError naming where it was found.
 Options to_json(nb::handle h, const std::string& where) {
-  if (h.is_none()) return nullptr;
-  if (nb::isinstance<nb::bool_>(h)) return nb::cast<bool>(h);
-  if (nb::isinstance<nb::int_>(h)) return nb::cast<int64_t>(h);
-  if (nb::isinstance<nb::float_>(h)) return nb::cast<double>(h);
-  if (nb::isinstance<nb::str>(h)) return nb::cast<std::string>(h);
-  if (nb::isinstance<nb::list>(h) || nb::isinstance<nb::tuple>(h)) {
-    Options a = Options::array();
-    for (nb::handle e : h) a.push_back(to_json(e, where));
-    return a;
-  }
-  if (nb::isinstance<nb::dict>(h)) {
-    Options o = Options::object();
-    for (auto [k, v] : nb::borrow<nb::dict>(h)) {
-      std::string key = nb::cast<std::string>(nb::str(k));
-      o[key] = to_json(v, where + "['" + key + "']");
-    }
-    return o;
-  }
-  throw nb::type_error(
-      (where + ": cannot pass a " + std::string(nb::type_name(h.type()).c_str()) + " to optfuse")
-          .c_str());
+  return optfuse::python::to_json(h.ptr(), where);
 }
 
-nb::object from_json(const Options& j) {
-  switch (j.type()) {
-    case Options::value_t::null:
-      return nb::none();
-    case Options::value_t::boolean:
-      return nb::bool_(j.get<bool>());
-    case Options::value_t::number_integer:
-    case Options::value_t::number_unsigned:
-      return nb::int_(j.get<int64_t>());
-    case Options::value_t::number_float:
-      return nb::float_(j.get<double>());
-    case Options::value_t::string:
-      return nb::str(j.get<std::string>().c_str());
-    case Options::value_t::array: {
-      nb::list l;
-      for (const auto& e : j) l.append(from_json(e));
-      return std::move(l);
-    }
-    case Options::value_t::object: {
-      nb::dict d;
-      for (const auto& [k, v] : j.items()) d[k.c_str()] = from_json(v);
-      return std::move(d);
-    }
-    default:
-      return nb::none();
-  }
-}
+nb::object from_json(const Options& j) { return nb::steal(optfuse::python::from_json(j)); }
 
 DType dtype_of(const std::string& name) {
   DType t;
@@ -112,6 +67,12 @@ struct PyOptimizer {
   std::vector<std::vector<int64_t>> numels;
   std::vector<DType> grad_dtype;
   bool cuda = false;
+};
+
+// A TorchStep with the optimizer it drives (kept alive as long as it is).
+struct PyTorchStep {
+  nb::object optimizer;  // the PyOptimizer
+  std::unique_ptr<optfuse::python::TorchStep> step;
 };
 
 // (param address, grad address, numel, shape, param dtype, grad dtype, name)
@@ -175,6 +136,16 @@ nb::dict explain_graph(const PyEngine& e, nb::handle graph) {
 NB_MODULE(_core, m) {
   m.doc() = "optfuse's C++ core (use optfuse.torch)";
   nb::exception<optfuse::Error>(m, "Error", PyExc_RuntimeError);
+  // (Registered last, so tried first: they derive from std::runtime_error too.)
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const optfuse::python::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const optfuse::python::TypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    }
+  });
 
   m.def("version", [] { return std::string(OPTFUSE_VERSION); });
   m.def("default_cache_dir", &optfuse::default_cache_dir);
@@ -292,6 +263,12 @@ NB_MODULE(_core, m) {
              o.grad_dtype.push_back(refs.empty() ? DType::F32 : refs[0].grad.dtype);
              o.cuda = cuda;
            })
+      .def(
+          "check_group",
+          [](const PyOptimizer& o, nb::handle overrides) {
+            o.opt->check_group_options(to_json(overrides, "param group"));
+          },
+          "Error unless a group with these options (over the optimizer's defaults) is valid.")
       .def("set", [](PyOptimizer& o, size_t group, const std::string& name,
                      nb::handle value) { o.opt->set(group, name, to_json(value, name)); })
       .def(
@@ -381,4 +358,76 @@ NB_MODULE(_core, m) {
         }
         return l;
       });
+
+  m.def(
+      "grad_for_kernels",
+      [](nb::handle param, nb::handle work, bool dtensor, const std::string& who) {
+        optfuse::python::BoundGrad g =
+            optfuse::python::bind_grad(param.ptr(), work.ptr(), dtensor, who);
+        nb::object copy = g.copy ? nb::steal(g.copy) : nb::none();
+        return nb::make_tuple(reinterpret_cast<uintptr_t>(g.data), copy,
+                              std::string(optfuse::dtype_name(g.dtype)));
+      },
+      "(address, copy or None, dtype) of the gradient memory the kernels read for `param`, "
+      "checked against `work` (torch_step.h, bind_grad).");
+  nb::class_<PyTorchStep>(m, "TorchStep")
+      .def(
+          "__init__",
+          [](PyTorchStep* self, nb::handle optimizer, nb::list params, nb::list groups,
+             nb::list idle_steps, bool dense_grads, nb::handle param_groups, nb::handle state) {
+            PyOptimizer& o = nb::cast<PyOptimizer&>(optimizer);
+            std::vector<optfuse::python::BoundParam> bound;
+            for (nb::handle t : params) {
+              auto [p, work, tg, pos, group, index, mode, grad_dtype, grad_ptr, name] =
+                  nb::cast<std::tuple<nb::handle, nb::handle, size_t, size_t, size_t, size_t, int,
+                                      std::string, uintptr_t, std::string>>(t);
+              optfuse::python::BoundParam b;
+              b.param = p.ptr();
+              b.work = work.ptr();
+              b.torch_group = tg;
+              b.position = pos;
+              b.group = group;
+              b.index = index;
+              b.mode = static_cast<optfuse::python::ParamMode>(mode);
+              b.grad_dtype = dtype_of(grad_dtype);
+              b.grad_ptr = address(grad_ptr);
+              b.name = name;
+              bound.push_back(std::move(b));
+            }
+            std::vector<optfuse::python::BoundGroup> gs;
+            for (nb::handle g : groups) {
+              auto [tg, keys, synced] =
+                  nb::cast<std::tuple<size_t, std::vector<std::string>, nb::handle>>(g);
+              gs.push_back({tg, keys, synced.ptr()});
+            }
+            std::vector<PyObject*> idle;
+            for (nb::handle s : idle_steps) idle.push_back(s.ptr());
+            new (self)
+                PyTorchStep{nb::borrow(optimizer),
+                            std::make_unique<optfuse::python::TorchStep>(
+                                o.opt.get(), std::move(bound), std::move(gs), std::move(idle),
+                                dense_grads, param_groups.ptr(), state.ptr())};
+          },
+          nb::arg("optimizer"), nb::arg("params"), nb::arg("groups"), nb::arg("idle_steps"),
+          nb::arg("dense_grads"), nb::arg("param_groups"), nb::arg("state"))
+      .def(
+          "step",
+          [](PyTorchStep& s, nb::handle param_groups, nb::handle state,
+             uintptr_t stream) -> nb::object {
+            using Kind = optfuse::python::Outcome::Kind;
+            optfuse::python::Outcome out =
+                s.step->step(param_groups.ptr(), state.ptr(), address(stream));
+            if (out.kind == Kind::Ran) return step_result(out.result);
+            if (out.kind == Kind::Rebind) return nb::none();
+            return nb::make_tuple(out.group, from_json(out.old_block));
+          },
+          nb::arg("param_groups"), nb::arg("state"), nb::arg("cuda_stream") = 0,
+          "One step: its result dict; None if the binding no longer fits (bind again); "
+          "(group, old block_size) if that C++ group's state buffers changed (rebind its state).")
+      .def(
+          "restated",
+          [](PyTorchStep& s, size_t group, nb::handle state) {
+            s.step->restated(group, state.ptr());
+          },
+          "After rebinding a group's state (a Restate): its new buffers are the snapshot.");
 }

@@ -1,5 +1,6 @@
-"""optfuse under torch.distributed: ZeroRedundancyOptimizer (ZeRO-1 state sharding) with
-optfuse.torch.AdamW as its local optimizer, on gloo with 2 and 4 processes.
+"""optfuse under torch.distributed on gloo: ZeroRedundancyOptimizer (ZeRO-1 state sharding)
+with optfuse.torch.AdamW as its local optimizer, with 2 and 4 processes; DistributedDataParallel
+with 2 (FSDP2: test_fsdp.py).
 
 Every rank computes its own gradients; they are averaged with all_reduce (as DDP does), each rank
 updates its 1/N shard of the params with optfuse's fused step and keeps only that shard's
@@ -71,3 +72,43 @@ def test_zero_redundancy_optimizer_with_optfuse_adamw(world):
     assert max_abs(got["params"], make_params()) > 1e-3
     # ZeRO-1: rank 0 holds the state of its shard only (3 entries per param: step, m, v).
     assert 0 < got["local_state"] < 3 * len(ref)
+
+
+def ddp_worker(rank, world, init_file, out_file):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    import optfuse.torch as oft
+
+    torch.set_num_threads(1)
+    results = {}
+    for name, cls in (("ours", oft.AdamW), ("ref", torch.optim.AdamW)):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(),
+                                  torch.nn.Linear(16, 3))
+        model = torch.nn.parallel.DistributedDataParallel(net)
+        opt = cls(model.parameters(), lr=1e-2, weight_decay=0.1)
+        for step in range(STEPS):
+            g = torch.Generator().manual_seed(100 * step + rank)  # each rank its own batch
+            x, y = torch.randn(8, 12, generator=g), torch.randn(8, 3, generator=g)
+            torch.nn.functional.mse_loss(model(x), y).backward()  # grads all-reduced (mean)
+            opt.step()
+            opt.zero_grad()
+        results[name] = [p.detach().clone() for p in net.parameters()]
+    if rank == 0:
+        torch.save(results, out_file)
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def test_ddp_with_optfuse_adamw_matches_torch():
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out.pt")
+        mp.spawn(ddp_worker, args=(2, os.path.join(d, "init"), out), nprocs=2, join=True)
+        got = torch.load(out)
+    # The same averaged gradients on both sides: the float32 bound of test_trajectories.py.
+    assert max_abs(got["ours"], got["ref"]) < 2e-5
+    torch.manual_seed(0)
+    init = [p.detach() for p in torch.nn.Sequential(
+        torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).parameters()]
+    assert max_abs(got["ours"], init) > 1e-3

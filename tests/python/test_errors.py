@@ -87,7 +87,7 @@ def test_a_resized_param_is_named_and_nothing_changes():
         ps[0].data = torch.zeros(50)
     ps[0].grad = torch.ones(50)
     snap = snapshot(ps[1:], opt)
-    with pytest.raises(RuntimeError, match=r"param group 0, param 0 .*was resized"):
+    with pytest.raises(ValueError, match=r"param group 0, param 0 .*was resized"):
         opt.step()
     assert unchanged(ps[1:], opt, snap) and torch.equal(ps[0], torch.zeros(50))
 
@@ -95,24 +95,18 @@ def test_a_resized_param_is_named_and_nothing_changes():
 def test_bad_gradients_are_named_and_nothing_changes():
     ps, opt = stepped()
     snap = snapshot(ps, opt)
-    ps[1].grad = torch.randn(10, 10).t()  # transposed: not contiguous
-    with pytest.raises(ValueError, match=r"param group 0, param 1 .*not contiguous"):
+    ps[1].grad = torch.randn(10, 10)
+    ps[1].grad.data = torch.randn(5, 10)  # (torch refuses such a grad when it is assigned)
+    with pytest.raises(ValueError, match=r"param group 0, param 1 .*the gradient has shape"):
         opt.step()
-    # (torch itself refuses a grad of another dtype or size when it is assigned)
     assert unchanged(ps, opt, snap)
 
 
 def test_unsupported_params():
-    p = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    p = torch.zeros(4, dtype=torch.complex64, requires_grad=True)
     opt = oft.SGD([p], lr=0.1)
-    p.grad = torch.ones(4, dtype=torch.float64)
-    with pytest.raises(TypeError, match=r"param group 0, param 0 .*float64 is not supported"):
-        opt.step()
-    q = torch.zeros(4, 4, requires_grad=True)
-    view = q.detach().t().requires_grad_()
-    opt = oft.SGD([view], lr=0.1)
-    view.grad = torch.ones(4, 4)
-    with pytest.raises(ValueError, match="not contiguous"):
+    p.grad = torch.ones(4, dtype=torch.complex64)
+    with pytest.raises(TypeError, match=r"param group 0, param 0 .*complex64 is not supported"):
         opt.step()
 
 

@@ -16,8 +16,10 @@ Each class subclasses its ``torch.optim`` namesake: the same constructor, defaul
 Update rules of your own, written as PyTorch functions: ``optfuse.torch.rule`` traces one into an
 optfuse graph and ``optfuse.torch.from_rule`` makes the optimizer (``optfuse.torch.capture``).
 
-Tensors: CPU float32, bfloat16 or float16 params (16-bit params get an f32 master copy,
-``state[p]["master"]``), contiguous, one dtype per group for params and for grads.
+Tensors: float32, float64, bfloat16 or float16 params (16-bit params get an f32 master copy,
+``state[p]["master"]``, unless ``master_weights=False``), dtypes mixed in a group as torch allows,
+in any layout torch's optimizers take (channels_last, strided views); DTensors under FSDP2.
+Every param and gradient is checked in C++ at each step before any kernel runs.
 """
 import torch as _torch  # noqa: F401  (loads torch's OpenMP runtime before share_openmp looks)
 

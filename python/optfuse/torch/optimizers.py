@@ -16,7 +16,8 @@ from typing import Any, Iterable, Optional, Union
 import torch
 from torch.optim import Optimizer
 
-from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer, _Binding
+from ._binding import Binding
+from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
 
 __all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
            "SparseAdam", "Lion", "LAMB", "LARS", "Custom"]
@@ -57,6 +58,7 @@ class SGD(FusedOptimizer, torch.optim.SGD):
 
     _optfuse_type = "sgd"
     _optfuse_scalars = ()  # torch's SGD keeps no step count
+    _optfuse_lazy_state = ("momentum_buffer",)  # torch makes it at a step where it is missing
 
 
 @_drop_in
@@ -129,13 +131,7 @@ class SparseAdam(FusedOptimizer, torch.optim.SparseAdam):
     _optfuse_type = "sparseadam"
     _optfuse_sparse = True
 
-    def _optfuse_dense_grad(self, p, gi, pi):
-        if not p.grad.is_sparse:
-            raise RuntimeError("SparseAdam does not support dense gradients, please consider "
-                               "Adam instead")
-        return None
-
-    def _optfuse_sparse_grads(self, b: _Binding) -> None:
+    def _optfuse_sparse_grads(self, b: Binding) -> None:
         for g in b.groups:
             # The C++ optimizer reads the values at the step: keep every tensor's alive till then.
             g.sparse_keep = []
