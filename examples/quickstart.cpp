@@ -23,8 +23,9 @@ int main() {
 
   for (int step = 0; step < 10; ++step) {
     // ... the backward pass fills gw and gb ...
-    opt->set(0, "lr", 1e-3 * (1.0 - step / 10.0));  // a schedule: no recompilation
-    opt->step();                                    // one fused kernel pass per tensor
+    for (size_t g = 0; g < opt->num_groups(); ++g)
+      opt->set(g, "lr", 1e-3 * (1.0 - step / 10.0));  // a schedule: no recompilation
+    opt->step();                                      // one fused kernel pass per tensor
     if (step == 0) {
       double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -8,8 +8,9 @@
 
 namespace optfuse::lower {
 
-// Per-element code uses the fast, bounded-error f32 sqrt/rsqrt (see README.md); code that runs
-// once per call (the uniforms Func) uses exact ones: its cost does not matter.
+// Per-element code may use the refined f32 rsqrt estimate (<= 4 ulp; sqrt and divide are always
+// the exact IEEE operations, README.md); code that runs once per call (the uniforms Func) uses
+// exact ones everywhere: its cost does not matter.
 enum class Precision { Exact, Fast };
 
 // Lowers one non-leaf op whose result dtype is `t`, on already-lowered operands. 16-bit float

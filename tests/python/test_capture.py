@@ -235,6 +235,17 @@ def test_explain_names_idioms_clusters_and_the_key(capsys):
     assert set(a["kernel_keys"]) == keys(opt)
 
 
+def test_explain_takes_the_host_scalars_from_rule_does(capsys):
+    rule = oft.rule(sgd_nesterov_inplace)
+    with pytest.raises(oft.CaptureError, match="host_scalars"):
+        rule.explain(SGD_DEFAULTS)  # buf_decay and grad_coef come from host_scalars
+    a = rule.explain(SGD_DEFAULTS, host_scalars=sgd_host_scalars)
+    assert "buf_decay" in capsys.readouterr().out
+    _, opt = captured(sgd_nesterov_inplace, make_params([(37, 19)]), SGD_DEFAULTS, 1,
+                      sgd_host_scalars)
+    assert set(a["kernel_keys"]) == keys(opt)
+
+
 def test_annotations_choose_the_roles():
     @oft.rule
     def sgd(g: oft.Grad, p: oft.Param, *, lr):

@@ -150,7 +150,8 @@ class CapturedRule:
                 raise CaptureError(
                     f"rule {self.name!r}: keyword argument {k!r} is neither an option in the "
                     f"defaults ({sorted(defaults)}) nor a built-in scalar (step, "
-                    "bias_correctionK)")
+                    "bias_correctionK); a per-step value goes in host_scalars (explain() and "
+                    "from_rule() take it)")
         return out
 
     def trace(self, defaults: Optional[dict] = None):
@@ -238,13 +239,18 @@ class CapturedRule:
         """The per-row reductions of the traced graph, as 'op at line' strings."""
         return self.trace(defaults)[2]["rows"]
 
-    def explain(self, defaults: Optional[dict] = None, file=None) -> dict:
+    def explain(self, defaults: Optional[dict] = None, file=None,
+                host_scalars: Optional[Callable[[dict, int], dict]] = None) -> dict:
         """Prints the traced aten graph, optfuse's graph, the idioms matched and host scalars,
         the canonical graph, the fusion clusters and each kernel's key (for the CPU engine);
-        returns the same as a dict (``kernel_keys``: the keys in cluster order)."""
+        returns the same as a dict (``kernel_keys``: the keys in cluster order).
+        ``host_scalars``: as ``from_rule`` takes it (its names are scalars of the rule)."""
         from .. import _core
         from .._engine import engine
 
+        defaults = {**self.defaults, **(defaults or {})}
+        if host_scalars is not None:
+            defaults.update({k: float(v) for k, v in host_scalars(dict(defaults), 1).items()})
         fx_graph, graph, _ = self.trace(defaults)
         a = dict(_core.explain_graph(engine(), graph))
         a["traced"] = str(fx_graph)
