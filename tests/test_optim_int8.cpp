@@ -318,7 +318,7 @@ TEST_P(EveryRule, StepMatchesTheInterpreterOnTheHeldState) {
   auto rule = optim::make_rule(c.type);
   const Options h = optim::merge(optim::with_precision_defaults(rule->defaults()), c.options,
                                  c.type, "param group");
-  optim::HostState host = rule->initial_host_state();
+  optim::HostState host = rule->initial_host_state(h);
   std::map<std::string, double> scalars;
   for (int step = 1; step <= 3; ++step) {
     model.fill_grads(step);
