@@ -49,8 +49,12 @@ class Rprop final : public UpdateRule {
     Value etaminus = gr.scalar("etaminus");
     Value factor = select(product > zero, gr.scalar("etaplus"),
                           select(product < zero, etaminus, gr.constant(1.0)));
-    Value s_new =
-        min(max(step_size * factor, gr.scalar("step_size_min")), gr.scalar("step_size_max"));
+    // torch's clamp. A NaN step size stays NaN: the comparisons are false for it, and the bounds
+    // are finite (validated). (min / max would lower to NaN-propagating forms of several ops.)
+    Value lo = gr.scalar("step_size_min"), hi = gr.scalar("step_size_max");
+    Value scaled = step_size * factor;
+    Value above_lo = select(lo > scaled, lo, scaled);
+    Value s_new = select(hi < above_lo, hi, above_lo);
     Value g_kept = select(gr.make(Op::Eq, {factor, etaminus}), zero, g);
     gr.output("step_size", s_new);
     gr.output("prev", g_kept);
