@@ -106,6 +106,27 @@ def test_asgd_state_is_torchs_value_for_value():
     assert sorted(b.state[ours[0]]) == sorted(a.state[ref[0]])
 
 
+@pytest.mark.parametrize("name", ["ASGD", "Rprop"])
+def test_a_param_first_stepped_later_starts_from_the_lr_then(name):
+    """torch makes Rprop's step_size (full of lr) and ASGD's eta (= lr) at a param's first step:
+    a param without a gradient until step 3, under a changing lr, starts from the lr of step 3."""
+    p0 = make_params()[:2]
+    ref = [p.clone().requires_grad_() for p in p0]
+    ours = [p.clone().requires_grad_() for p in p0]
+    a, b = getattr(torch.optim, name)(ref, lr=1e-2), getattr(oft, name)(ours, lr=1e-2)
+    for step in range(6):
+        for opt, ps in ((a, ref), (b, ours)):
+            opt.param_groups[0]["lr"] = 1e-2 * (step + 1)
+            for k, p in enumerate(ps):
+                p.grad = grad_for(p, step, k) if k == 0 or step >= 2 else None
+            opt.step()
+    key = "step_size" if name == "Rprop" else "eta"
+    assert torch.equal(a.state[ref[1]][key], b.state[ours[1]][key])
+    assert max_abs(ours, ref) < 1e-6
+    if name == "Rprop":
+        assert all(same_bits(x, y) for x, y in zip(ref, ours))
+
+
 @pytest.mark.parametrize("name", ["Adadelta", "ASGD", "Rprop"])
 def test_torch_only_flags_are_refused_and_foreach_is_accepted(name):
     cls = getattr(oft, name)
