@@ -43,9 +43,11 @@ class Rprop final : public UpdateRule {
   Graph graph(const Options&) const override {
     Graph gr("rprop");
     Value p = gr.param("param"), prev = gr.state("prev"), step_size = gr.state("step_size");
-    Value g = gr.scalar("grad_sign") * gr.grad("grad");
+    Value grad = gr.grad("grad"), grad_sign = gr.scalar("grad_sign");
+    Value g = grad * grad_sign;
     Value zero = gr.constant(0.0);
-    Value product = g * prev;
+    // g * prev exactly (grad_sign is +-1), written in the idioms' normal form (uniform outermost).
+    Value product = (grad * prev) * grad_sign;
     Value etaminus = gr.scalar("etaminus");
     Value factor = select(product > zero, gr.scalar("etaplus"),
                           select(product < zero, etaminus, gr.constant(1.0)));
