@@ -36,9 +36,12 @@ class Adadelta final : public UpdateRule {
     Value g = gr.scalar("grad_sign") * gr.grad("grad") + gr.scalar("weight_decay") * p;
     Value rho = gr.scalar("rho"), one_minus_rho = gr.scalar("one_minus_rho");
     Value eps = gr.scalar("eps");
-    Value v_new = rho * v + one_minus_rho * (g * g);
-    // torch's order: delta = sqrt(u + eps); delta /= std; delta *= g.
-    Value delta = sqrt(u + eps) / sqrt(v_new + eps) * g;
+    // delta in torch's order (delta = sqrt(u + eps); delta /= std; delta *= g), strict: with
+    // reassociation LLVM folds its two uses apart, (sqrt(u + eps) * g) / std for acc_delta and
+    // (lr * g * sqrt(u + eps)) / std for the param, two divides. square_avg is strict too, so
+    // that the value stored is the one delta was computed from.
+    Value v_new = strict(rho * v + one_minus_rho * (g * g));
+    Value delta = strict(sqrt(u + eps) / sqrt(v_new + eps) * g);
     gr.output("square_avg", v_new);
     gr.output("acc_delta", rho * u + one_minus_rho * (delta * delta));
     gr.output("param", p - gr.scalar("lr") * delta);
