@@ -114,7 +114,7 @@ void BM_BlockState(benchmark::State& state) {
     Options h = optim::merge(optim::with_precision_defaults(rule->defaults()), Options::object(),
                              "adamw", "param group");
     std::map<std::string, double> scalars;
-    optim::HostState host = rule->initial_host_state();
+    optim::HostState host = rule->initial_host_state(h);
     rule->scalars(h, optim::TensorStep{10, false, &host}, &scalars);
     const Graph f32 = rule->graph(h);
     const Graph q8 = optim::quantize_state(

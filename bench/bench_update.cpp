@@ -210,10 +210,10 @@ void BM_Ceiling_3R2W(benchmark::State& state) {
 // speeds two ways:
 //   ratio_median = median(b call) / median(a call)
 //   ratio_min    = fastest b call / fastest a call (preemption only ever adds time)
-// bytes_per_second counts both calls (2 x 28 B/element).
+// bytes_per_second counts both calls (2 x `bytes` per element, default AdamW's 28).
 void paired_calls(benchmark::State& state, const Kernel& a,
                   const std::map<std::string, double>& a_scalars, const Kernel& b,
-                  const std::map<std::string, double>& b_scalars) {
+                  const std::map<std::string, double>& b_scalars, int64_t bytes = kAdamBytes) {
   std::vector<double> t_a, t_b;
   Arrays arrays(8, state.range(0));
   const KernelCall ca = call_over(a, arrays, 0, a_scalars);
@@ -238,7 +238,7 @@ void paired_calls(benchmark::State& state, const Kernel& a,
   state.counters["ratio_median"] = median(t_b) / median(t_a);
   state.counters["ratio_min"] =
       *std::min_element(t_b.begin(), t_b.end()) / *std::min_element(t_a.begin(), t_a.end());
-  set_bytes(state, 2 * kAdamBytes);
+  set_bytes(state, 2 * bytes);
 }
 
 // Fused AdamW against the ceiling, both with schedule `s`: ratio = AdamW's share of the ceiling.
@@ -299,6 +299,56 @@ void BM_Paired_AdamW_Ceiling_Tuned(benchmark::State& state) {
       state, tuned.schedule_for(optim::make_rule("adamw")->graph(adamw_options()), state.range(0)));
 }
 
+// ---- Adadelta, Rprop, ASGD against their byte ceilings ---------------------------------------
+// Each library rule's kernel (torch's defaults, the scalars of step 10 as the rule computes them)
+// paired with the ceiling of its traffic, both with the engine's schedule: ratio = its share of
+// the ceiling. Adadelta (p, g, square_avg, acc_delta) and Rprop (p, g, prev, step_size) move
+// AdamW's 28 B/element; ASGD (p, g, ax -> p, ax) SGD-momentum's 20.
+std::map<std::string, double> rule_scalars(const optim::UpdateRule& rule, const Options& h,
+                                           int64_t step) {
+  optim::HostState host = rule.initial_host_state(h);
+  std::map<std::string, double> s;
+  for (int64_t t = 1; t <= step; ++t) {  // host state (ASGD's eta and mu) as after step - 1
+    s.clear();
+    rule.scalars(h, optim::TensorStep{t, t == 1, &host}, &s);
+  }
+  return s;
+}
+
+void paired_rule_ceiling(benchmark::State& state, const std::string& type, const Options& over,
+                         const Graph& ceiling_graph, int64_t bytes) {
+  try {
+    auto rule = optim::make_rule(type);
+    Options h = rule->defaults();
+    if (over.is_object()) h.update(over);
+    auto fused = engine().kernel(rule->graph(h));
+    auto ceiling = engine().kernel(ceiling_graph);
+    paired_calls(state, *fused, rule_scalars(*rule, h, 10), *ceiling, {}, bytes);
+    state.SetLabel(type + " " + fused->key().substr(0, 16) + " vs " + ceiling->name() + " " +
+                   ceiling->key().substr(0, 16) + ", both " + fused->schedule().str());
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_Paired_Adadelta_Ceiling(benchmark::State& state) {
+  paired_rule_ceiling(state, "adadelta", {}, tools::stream_4r3w_graph(), kAdamBytes);
+}
+
+void BM_Paired_Rprop_Ceiling(benchmark::State& state) {
+  paired_rule_ceiling(state, "rprop", {}, tools::stream_4r3w_graph(), kAdamBytes);
+}
+
+// torch's t0 = 1e6: ax is a copy of the param (the kernel's copy case).
+void BM_Paired_ASGD_Ceiling(benchmark::State& state) {
+  paired_rule_ceiling(state, "asgd", {}, stream_3r2w_graph(), kSgdBytes);
+}
+
+// t0 = 0: at step 10 ax averages (mu = 1/9), reading ax.
+void BM_Paired_ASGD_Averaging_Ceiling(benchmark::State& state) {
+  paired_rule_ceiling(state, "asgd", {{"t0", 0.0}}, stream_3r2w_graph(), kSgdBytes);
+}
+
 // Registered size-major (every variant at 2^10, then every variant at 2^12, ...) so that the
 // runs a ratio compares are close in time on a noisy machine. Sizes: 2^10 (L1-resident) ..
 // 2^26 (1.75 GiB of AdamW traffic per step, far past L3), every factor of 4.
@@ -318,6 +368,10 @@ void register_all() {
       {"BM_Ceiling_3R2W", BM_Ceiling_3R2W},
       {"BM_SGDMomentum_Unfused", BM_SGDMomentum_Unfused},
       {"BM_SGDMomentum_Scalar", BM_SGDMomentum_Scalar},
+      {"BM_Paired_Adadelta_Ceiling", BM_Paired_Adadelta_Ceiling},
+      {"BM_Paired_Rprop_Ceiling", BM_Paired_Rprop_Ceiling},
+      {"BM_Paired_ASGD_Ceiling", BM_Paired_ASGD_Ceiling},
+      {"BM_Paired_ASGD_Averaging_Ceiling", BM_Paired_ASGD_Averaging_Ceiling},
   };
   for (int64_t n = int64_t{1} << 10; n <= int64_t{1} << 26; n *= 4)
     for (const auto& [name, fn] : variants)

@@ -209,7 +209,7 @@ TEST(BlockState, AdamWKernelMatchesTheInterpreter) {
   }
   const Blocks m8 = quantize(m, BlockMap::kSignedLinear), v8 = quantize(v, BlockMap::kSqrt);
   std::map<std::string, double> scalars;
-  optim::HostState host = rule->initial_host_state();
+  optim::HostState host = rule->initial_host_state(h);
   rule->scalars(h, optim::TensorStep{5, false, &host}, &scalars);
   // Interpreter inputs: every tensor as the kernel stores it.
   std::map<std::string, std::vector<double>> tensors = {

@@ -124,6 +124,49 @@ TEST_F(CacheCli, EightBitStateSpecWarmsBothKernelsAStepLoads) {
   EXPECT_EQ(opt->state_ref(0, 1, "exp_avg").dtype, DType::F32);
 }
 
+// Adadelta, ASGD and Rprop specs (tests/specs/tiny_*.json): each warms one kernel for all its
+// groups (their options are runtime scalars), and the optimizer a spec describes, stepped in
+// this process, loads it: warm-up's kernel key is the step's.
+TEST_F(CacheCli, ElementwiseRuleSpecsWarmWhatAStepLoads) {
+  for (const char* model : {"tiny_adadelta", "tiny_asgd", "tiny_rprop"}) {
+    SCOPED_TRACE(model);
+    const std::string spec = std::string(OPTFUSE_TEST_DATA_DIR) + "/specs/" + model + ".json";
+    Result r = cli({"warmup", "--spec", spec, "--cache-dir", cache(), "--json"});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.json()["kernels"], 1);
+    EXPECT_EQ(r.json()["misses"], 1);
+
+    std::ifstream in(spec);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    EngineOptions eo;
+    eo.cache_dir = cache();
+    Engine e(eo);
+    auto opt = Optimizer::create(e, j["optimizer"]);
+    std::vector<std::vector<float>> buffers;
+    for (const auto& t : j["parameters"]) {
+      int64_t n = 1;
+      for (int64_t d : t["shape"]) n *= d;
+      buffers.emplace_back(size_t(n), 0.5f);   // param
+      buffers.emplace_back(size_t(n), 0.25f);  // grad
+    }
+    // One group per tensor, one of them with the first spec group's values: the same kernel.
+    for (size_t i = 0; i < j["parameters"].size(); ++i) {
+      const auto& t = j["parameters"][i];
+      const int64_t n = int64_t(buffers[2 * i].size());
+      Options overrides = i == 2 ? j["param_groups"][0] : Options::object();
+      overrides.erase("params");
+      overrides.erase("match");
+      opt->add_param_group({{{buffers[2 * i].data(), n, t["shape"].get<std::vector<int64_t>>()},
+                             {buffers[2 * i + 1].data(), n},
+                             t["name"].get<std::string>()}},
+                           overrides);
+    }
+    opt->step();
+    EXPECT_EQ(e.counters().compiles, 0);
+    EXPECT_GE(e.counters().disk_hits, 1);
+  }
+}
+
 TEST_F(CacheCli, WarmDemoCompilesNothing) {
   std::vector<std::string> demo = {"demo", "--cache-dir", cache(), "--layers", "1", "--d-model",
                                    "64",   "--vocab",     "256",   "--steps",  "1", "--json"};

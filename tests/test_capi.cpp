@@ -59,7 +59,7 @@ const char* const kGroup1Overrides = R"({"weight_decay": 0.0, "lr": 0.02})";
 // Group 0: a [4, 5] matrix and a 3-vector, with shapes; group 1: one 1-D tensor of 33, no shapes.
 Model two_groups(uint32_t seed) { return Model::make({{20, 3}, {33}}, seed); }
 
-int add_groups_c(optfuse_optimizer* o, Model& m) {
+int add_groups_c(optfuse_optimizer* o, Model& m, const char* group1_overrides = kGroup1Overrides) {
   float* p0[] = {m.groups[0][0].p.data(), m.groups[0][1].p.data()};
   float* g0[] = {m.groups[0][0].g.data(), m.groups[0][1].g.data()};
   int64_t n0[] = {20, 3};
@@ -71,7 +71,7 @@ int add_groups_c(optfuse_optimizer* o, Model& m) {
   float* p1[] = {m.groups[1][0].p.data()};
   float* g1[] = {m.groups[1][0].g.data()};
   int64_t n1[] = {33};
-  return optfuse_optimizer_add_group(o, 1, p1, g1, n1, nullptr, nullptr, kGroup1Overrides);
+  return optfuse_optimizer_add_group(o, 1, p1, g1, n1, nullptr, nullptr, group1_overrides);
 }
 
 // The same optimizer through the C++ API.
@@ -174,6 +174,51 @@ TEST(CApi, EndToEndMatchesTheCppApiBitForBit) {
   ASSERT_EQ(C_CALL(optfuse_optimizer_set_grad(co.o, 1, 0, fresh_grad.data(), 33)), OPTFUSE_OK)
       << last_error();
   std::remove(path.c_str());
+}
+
+// Adadelta, ASGD and Rprop by their torch class names through the C API: the C++ API's bits, and
+// a state file that resumes them exactly, ASGD's eta and mu (host state) with it (t0 = 2: ax
+// averages from step 5, across the save at step 4).
+TEST(CApi, AdadeltaAsgdRpropMatchTheCppApiAndResume) {
+  for (const char* config : {R"({"type": "Adadelta", "lr": 0.5, "weight_decay": 0.01})",
+                             R"({"type": "ASGD", "lr": 0.05, "lambd": 0.01, "t0": 2})",
+                             R"({"type": "Rprop", "lr": 0.01, "etas": [0.3, 2.0]})"}) {
+    SCOPED_TRACE(config);
+    CEngine ce;
+    COptimizer co(ce.e, config);
+    Model cm = two_groups(7), pm = two_groups(7);
+    const char* const lr_only = R"({"lr": 0.02})";  // (Rprop has no weight_decay)
+    ASSERT_EQ(C_CALL(add_groups_c(co.o, cm, lr_only)), OPTFUSE_OK) << last_error();
+    Engine engine;
+    auto twin = Optimizer::create(engine, Options::parse(config));
+    auto refs0 = pm.refs(0);
+    refs0[0].param.shape = refs0[0].grad.shape = {4, 5};
+    twin->add_param_group(refs0);
+    twin->add_param_group(pm.refs(1), Options::parse(lr_only));
+    const std::string path = testing::temp_path("capi_elementwise");
+    COptimizer restored(ce.e, config);
+    Model rm;
+    for (int t = 1; t <= 8; ++t) {
+      cm.fill_grads(t);
+      pm.fill_grads(t);
+      if (t > 4) rm.fill_grads(t);
+      ASSERT_EQ(C_CALL(optfuse_optimizer_step(co.o)), OPTFUSE_OK) << last_error();
+      twin->step();
+      ASSERT_TRUE(same_params(cm, pm)) << "step " << t;
+      if (t > 4) {
+        ASSERT_EQ(C_CALL(optfuse_optimizer_step(restored.o)), OPTFUSE_OK) << last_error();
+        ASSERT_TRUE(same_params(cm, rm)) << "resumed, step " << t;
+      }
+      if (t == 4) {
+        ASSERT_EQ(C_CALL(optfuse_optimizer_save(co.o, path.c_str())), OPTFUSE_OK) << last_error();
+        rm = cm;
+        ASSERT_EQ(C_CALL(add_groups_c(restored.o, rm, lr_only)), OPTFUSE_OK) << last_error();
+        ASSERT_EQ(C_CALL(optfuse_optimizer_load(restored.o, path.c_str())), OPTFUSE_OK)
+            << last_error();
+      }
+    }
+    std::remove(path.c_str());
+  }
 }
 
 TEST(CApi, EightBitStateMatchesTheCppApiAndResumes) {

@@ -46,6 +46,9 @@ std::vector<Structure> structures() {
       {"adam_amsgrad", {{"type", "adam"}, {"amsgrad", true}}},
       {"adamw", {{"type", "adamw"}}},
       {"adamw_amsgrad", {{"type", "adamw"}, {"amsgrad", true}}},
+      {"adadelta", {{"type", "adadelta"}}},
+      {"asgd", {{"type", "asgd"}}},
+      {"rprop", {{"type", "rprop"}}},
   };
 }
 

@@ -55,6 +55,9 @@ TEST(GroupPlan, StateBuffersAreTheGraphsStateInputsWithTorchsNames) {
   EXPECT_EQ(names_of("adagrad", {}), Names{"sum"});
   EXPECT_EQ(names_of("adamax", {}), (Names{"exp_avg", "exp_inf"}));
   EXPECT_EQ(names_of("lion", {}), Names{"exp_avg"});
+  EXPECT_EQ(names_of("adadelta", {}), (Names{"square_avg", "acc_delta"}));
+  EXPECT_EQ(names_of("asgd", {}), Names{"ax"});  // eta and mu: host state
+  EXPECT_EQ(names_of("rprop", {}), (Names{"prev", "step_size"}));
 }
 
 TEST(GroupPlan, TransformsAddTheMasterCopyAndTheAccumulationBuffer) {

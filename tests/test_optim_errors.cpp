@@ -78,6 +78,9 @@ TEST(OptimizerErrors, TypeNamesAreCaseInsensitiveTorchClassNames) {
   EXPECT_EQ(make({{"type", "NAdam"}})->type(), "nadam");
   EXPECT_EQ(make({{"type", "RAdam"}})->type(), "radam");
   EXPECT_EQ(make({{"type", "Lion"}})->type(), "lion");
+  EXPECT_EQ(make({{"type", "Adadelta"}})->type(), "adadelta");
+  EXPECT_EQ(make({{"type", "ASGD"}})->type(), "asgd");
+  EXPECT_EQ(make({{"type", "Rprop"}})->type(), "rprop");
 }
 
 // torch's defaults, argument for argument (Lion: lion-pytorch's).
@@ -115,6 +118,20 @@ TEST(OptimizerErrors, NewOptimizersHaveTorchDefaults) {
                                                   {"maximize", false}}));
   EXPECT_EQ(optimizer_defaults("lion"),
             Options({{"lr", 1e-4}, {"betas", {0.9, 0.99}}, {"weight_decay", 0.0}}));
+  EXPECT_EQ(
+      optimizer_defaults("adadelta"),
+      Options(
+          {{"lr", 1.0}, {"rho", 0.9}, {"eps", 1e-6}, {"weight_decay", 0.0}, {"maximize", false}}));
+  EXPECT_EQ(optimizer_defaults("asgd"), Options({{"lr", 1e-2},
+                                                 {"lambd", 1e-4},
+                                                 {"alpha", 0.75},
+                                                 {"t0", 1e6},
+                                                 {"weight_decay", 0.0},
+                                                 {"maximize", false}}));
+  EXPECT_EQ(
+      optimizer_defaults("rprop"),
+      Options(
+          {{"lr", 1e-2}, {"etas", {0.5, 1.2}}, {"step_sizes", {1e-6, 50.0}}, {"maximize", false}}));
 }
 
 // torch's ValueError texts for each new optimizer, in torch's order of checks.
@@ -158,6 +175,20 @@ TEST(OptimizerErrors, NewOptimizersValidateAsTorchDoes) {
       {"lion", {{"betas", {1.0, 0.99}}}, "Invalid beta parameter at index 0: 1.0"},
       {"lion", {{"betas", {0.9, 1.0}}}, "Invalid beta parameter at index 1: 1.0"},
       {"lion", {{"weight_decay", -0.1}}, "Invalid weight_decay value: -0.1"},
+      {"adadelta", {{"lr", -1.0}}, "Invalid learning rate: -1.0"},
+      {"adadelta", {{"rho", 1.5}}, "Invalid rho value: 1.5"},
+      {"adadelta", {{"rho", -0.1}}, "Invalid rho value: -0.1"},
+      {"adadelta", {{"eps", -1e-06}}, "Invalid epsilon value: -1e-06"},
+      {"adadelta", {{"weight_decay", -0.1}}, "Invalid weight_decay value: -0.1"},
+      {"asgd", {{"lr", -0.01}}, "Invalid learning rate: -0.01"},
+      {"asgd", {{"lambd", -0.0001}}, "Invalid lambd value: -0.0001"},
+      {"asgd", {{"alpha", -0.75}}, "Invalid alpha value: -0.75"},
+      {"asgd", {{"weight_decay", -0.1}}, "Invalid weight_decay value: -0.1"},
+      {"asgd", {{"lr", -1.0}, {"alpha", -1.0}}, "Invalid learning rate: -1.0"},
+      {"rprop", {{"lr", -0.01}}, "Invalid learning rate: -0.01"},
+      {"rprop", {{"etas", {0.0, 1.2}}}, "Invalid eta values: 0.0, 1.2"},
+      {"rprop", {{"etas", {0.5, 1.0}}}, "Invalid eta values: 0.5, 1.0"},
+      {"rprop", {{"etas", {1.5, 2.0}}}, "Invalid eta values: 1.5, 2.0"},
   };
   for (const Bad& b : bad) {
     SCOPED_TRACE(std::string(b.type) + " " + b.options.dump());

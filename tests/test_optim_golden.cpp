@@ -12,10 +12,13 @@
 // exp_avg_sq after step 20. The tests print the
 // share of the bound actually used (~0.1-1.5 of the 4 allowed).
 //
-// The same bound covers Adagrad, RMSprop, Adamax, NAdam and RAdam (measured use <= 0.97 of 4;
-// Adamax is bit-identical to torch). torch keeps NAdam's mu_product as a float32 0-d tensor while
-// optfuse keeps it in double: the reference carries its float32 rounding per step into the bound
-// of the two host step sizes derived from it, so both evaluations stay inside.
+// The same bound covers Adagrad, RMSprop, Adamax, NAdam, RAdam, Adadelta, ASGD and Rprop (measured
+// use <= 0.97 of 4; Adamax is bit-identical to torch, and so must Rprop be: its decisions are
+// exact and its only roundings are step_size * factor and param - step_size, so a bound this test
+// allows would hide a wrong rounding: RpropIsBitIdentical checks bits). torch keeps NAdam's
+// mu_product as a float32 0-d tensor while optfuse keeps it in double: the reference carries its
+// float32 rounding per step into the bound of the two host step sizes derived from it, so both
+// evaluations stay inside.
 //
 // The same data also checks the double reference itself (|torch - reference| <= slack * bound):
 // the reference is only a stand-in for torch where it agrees with torch.
@@ -64,7 +67,13 @@ const std::vector<std::string> kExpectedCases = {"adam",
                                                  "nadam_decoupled",
                                                  "radam",
                                                  "radam_wd_maximize",
-                                                 "radam_decoupled"};
+                                                 "radam_decoupled",
+                                                 "adadelta",
+                                                 "adadelta_wd_maximize",
+                                                 "asgd",
+                                                 "asgd_averaging_wd_maximize",
+                                                 "rprop",
+                                                 "rprop_clamped_maximize"};
 
 // The two gradient rules make_golden.py knows, verbatim.
 const char* const kPlainRule = "g_t[i] = gen(100 + t, i) * 0.125";
@@ -194,6 +203,35 @@ ReferenceOptimizer reference_for(const Golden& g) {
     c.maximize = h.at("maximize").get<bool>();
     return ReferenceOptimizer(c, g.p0());
   }
+  if (g.optimizer == "adadelta") {
+    testing::AdadeltaConfig c;
+    c.lr = h.at("lr").get<double>();
+    c.rho = h.at("rho").get<double>();
+    c.eps = h.at("eps").get<double>();
+    c.weight_decay = h.at("weight_decay").get<double>();
+    c.maximize = h.at("maximize").get<bool>();
+    return ReferenceOptimizer(c, g.p0());
+  }
+  if (g.optimizer == "asgd") {
+    testing::AsgdConfig c;
+    c.lr = h.at("lr").get<double>();
+    c.lambd = h.at("lambd").get<double>();
+    c.alpha = h.at("alpha").get<double>();
+    c.t0 = h.at("t0").get<double>();
+    c.weight_decay = h.at("weight_decay").get<double>();
+    c.maximize = h.at("maximize").get<bool>();
+    return ReferenceOptimizer(c, g.p0());
+  }
+  if (g.optimizer == "rprop") {
+    testing::RpropConfig c;
+    c.lr = h.at("lr").get<double>();
+    c.etaminus = h.at("etas")[0].get<double>();
+    c.etaplus = h.at("etas")[1].get<double>();
+    c.step_size_min = h.at("step_sizes")[0].get<double>();
+    c.step_size_max = h.at("step_sizes")[1].get<double>();
+    c.maximize = h.at("maximize").get<bool>();
+    return ReferenceOptimizer(c, g.p0());
+  }
   testing::AdamConfig c;
   c.decoupled_weight_decay = g.optimizer == "adamw";
   c.lr = h.at("lr").get<double>();
@@ -290,6 +328,31 @@ TEST_P(GoldenCase, ReferenceMatchesTorch) {
   }
   std::printf("  %-24s worst |torch - reference| / bound: %.3f (allowed %.1f)\n", g.name.c_str(),
               worst, kEvaluationOrderSlack);
+}
+
+// Rprop's decisions are exact (signs of float32 products of float32 inputs), and each of its
+// float32 ops rounds once in torch and in optfuse: step_size * factor (the clamp is exact) and
+// param - sign * step_size (the product is exact). So its trajectories must be torch's bits.
+TEST(GoldenRprop, TrajectoriesAreTorchsBits) {
+  for (const char* name : {"rprop", "rprop_clamped_maximize"}) {
+    Golden g;
+    ASSERT_TRUE(load(name, &g));
+    Options config = g.hyper;
+    config["type"] = g.optimizer;
+    auto opt = Optimizer::create(engine(), config);
+    std::vector<float> p = g.p0(), grad(size_t(g.n), 0.f);
+    opt->add_param_group({{{p.data(), g.n, {}}, {grad.data(), g.n, {}}, "p"}});
+    for (int t = 1; t <= g.steps; ++t) {
+      opt->set(0, "lr", g.lr[size_t(t - 1)]);  // (read only at the first step, as by torch)
+      std::vector<float> gt = g.grad(t);
+      std::copy(gt.begin(), gt.end(), grad.begin());
+      opt->step();
+      ASSERT_TRUE(testing::same_bits(p, g.params[size_t(t - 1)])) << name << " step " << t;
+    }
+    for (const char* state : {"prev", "step_size"})
+      EXPECT_TRUE(testing::same_bits(*opt->state(0, 0, state), g.state.at(state)))
+          << name << " " << state;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Torch, GoldenCase, ::testing::ValuesIn(kExpectedCases),

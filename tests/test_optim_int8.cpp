@@ -318,7 +318,7 @@ TEST_P(EveryRule, StepMatchesTheInterpreterOnTheHeldState) {
   auto rule = optim::make_rule(c.type);
   const Options h = optim::merge(optim::with_precision_defaults(rule->defaults()), c.options,
                                  c.type, "param group");
-  optim::HostState host = rule->initial_host_state();
+  optim::HostState host = rule->initial_host_state(h);
   std::map<std::string, double> scalars;
   for (int step = 1; step <= 3; ++step) {
     model.fill_grads(step);
@@ -384,7 +384,10 @@ INSTANTIATE_TEST_SUITE_P(
                       RuleCase{"adagrad", {{"lr", 1e-2}, {"initial_accumulator_value", 0.1}}},
                       RuleCase{"rmsprop", {{"lr", 1e-3}, {"momentum", 0.9}, {"centered", true}}},
                       RuleCase{"adamax", {{"lr", 1e-2}}}, RuleCase{"nadam", {{"lr", 1e-2}}},
-                      RuleCase{"radam", {{"lr", 1e-2}}}, RuleCase{"lion", {{"lr", 1e-3}}}),
+                      RuleCase{"radam", {{"lr", 1e-2}}}, RuleCase{"lion", {{"lr", 1e-3}}},
+                      RuleCase{"adadelta", {{"lr", 1.0}}},
+                      RuleCase{"asgd", {{"lr", 1e-2}, {"t0", 1.0}}},
+                      RuleCase{"rprop", {{"lr", 1e-2}}}),
     [](const ::testing::TestParamInfo<RuleCase>& info) {
       return std::string(info.param.type) + "_" + std::to_string(info.index);
     });

@@ -1,7 +1,9 @@
-// Correctness: optfuse's SGD, Adam, AdamW, Adagrad, RMSprop, Adamax, NAdam, RAdam and Lion against
-// the independent double-precision reference (support/reference_optim.h) for every flag
-// combination (RMSprop: centered x momentum; Adagrad: lr_decay x initial_accumulator_value; NAdam,
-// RAdam: decoupled_weight_decay; all: maximize x weight_decay), 20 steps, an lr that changes every
+// Correctness: optfuse's SGD, Adam, AdamW, Adagrad, RMSprop, Adamax, NAdam, RAdam, Adadelta, ASGD,
+// Rprop and Lion against the independent double-precision reference (support/reference_optim.h)
+// for every flag combination (RMSprop: centered x momentum; Adagrad: lr_decay x
+// initial_accumulator_value; NAdam, RAdam: decoupled_weight_decay; ASGD: averaging from step 4 or
+// never (t0); Rprop: default or reached step-size bounds; all: maximize x weight_decay where the
+// optimizer has them), 20 steps, an lr that changes every
 // step, tensors of 1, 7 and 1000 elements (plus 2^20 + 3 for two configurations), params and every
 // state buffer after every step.
 //
@@ -20,6 +22,9 @@
 // (Adagrad, RMSprop, Adamax, NAdam, RAdam, Lion). RAdam's cases use beta2 = 0.9 so that both sides
 // of its rho_t > 5 branch are checked (rectified from step 3). Lion's sign() is exact unless its
 // argument is within its bound of 0, where the bound allows the other sign (reference_optim.h).
+// Rprop's decisions are exact (signs of float32 products of float32 inputs), and its float ops
+// are exact but the step-size multiply and the param update: it matches the reference within
+// its bound like the others, and torch bit for bit (test_optim_golden).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -56,7 +61,7 @@ Engine& engine() { return testing::shared_engine(); }
 struct Case {
   std::string name;
   std::string type;  // "sgd", "adam" (Adam or AdamW), "adagrad", "rmsprop", "adamax",
-                     // "nadam" / "radam" (NadamRadamConfig), "lion"
+                     // "nadam" / "radam" (NadamRadamConfig), "adadelta", "asgd", "rprop", "lion"
   SgdConfig s;
   AdamConfig a;
   testing::AdagradConfig ag;
@@ -64,6 +69,9 @@ struct Case {
   testing::AdamaxConfig ax;
   testing::NadamRadamConfig nr;
   testing::LionConfig li;
+  testing::AdadeltaConfig ad;
+  testing::AsgdConfig as;
+  testing::RpropConfig rp2;
   bool sgd = false;  // kept for the SGD/Adam helpers below
 
   Options options() const {
@@ -115,6 +123,23 @@ struct Case {
               {"lr", li.lr},
               {"betas", {li.beta1, li.beta2}},
               {"weight_decay", li.weight_decay}};
+    if (type == "adadelta")
+      return {{"type", "adadelta"},
+              {"lr", ad.lr},
+              {"rho", ad.rho},
+              {"eps", ad.eps},
+              {"weight_decay", ad.weight_decay},
+              {"maximize", ad.maximize}};
+    if (type == "asgd")
+      return {{"type", "asgd"},         {"lr", as.lr}, {"lambd", as.lambd},
+              {"alpha", as.alpha},      {"t0", as.t0}, {"weight_decay", as.weight_decay},
+              {"maximize", as.maximize}};
+    if (type == "rprop")
+      return {{"type", "rprop"},
+              {"lr", rp2.lr},
+              {"etas", {rp2.etaminus, rp2.etaplus}},
+              {"step_sizes", {rp2.step_size_min, rp2.step_size_max}},
+              {"maximize", rp2.maximize}};
     return {{"type", a.decoupled_weight_decay ? "adamw" : "adam"},
             {"lr", a.lr},
             {"betas", {a.beta1, a.beta2}},
@@ -130,6 +155,9 @@ struct Case {
     if (type == "adamax") return ReferenceOptimizer(ax, p0);
     if (type == "nadam" || type == "radam") return ReferenceOptimizer(nr, p0);
     if (type == "lion") return ReferenceOptimizer(li, p0);
+    if (type == "adadelta") return ReferenceOptimizer(ad, p0);
+    if (type == "asgd") return ReferenceOptimizer(as, p0);
+    if (type == "rprop") return ReferenceOptimizer(rp2, p0);
     return ReferenceOptimizer(a, p0);
   }
   double lr0() const {
@@ -139,6 +167,9 @@ struct Case {
     if (type == "adamax") return ax.lr;
     if (type == "nadam" || type == "radam") return nr.lr;
     if (type == "lion") return li.lr;
+    if (type == "adadelta") return ad.lr;
+    if (type == "asgd") return as.lr;
+    if (type == "rprop") return rp2.lr;
     return a.lr;
   }
 };
@@ -215,6 +246,38 @@ Case lion_case(double wd) {
   return c;
 }
 
+Case adadelta_case(bool maximize, double wd) {
+  Case c;
+  c.type = "adadelta";
+  c.ad = {1.0, 0.9, 1e-6, wd, maximize};
+  c.name = std::string("adadelta") + (maximize ? "_maximize" : "") + (wd ? "_wd" : "");
+  return c;
+}
+
+// averaging: t0 = 3, so ax averages from step 5 (mu = 1/2, 1/3, ...); else torch's t0 = 1e6.
+Case asgd_case(bool averaging, bool maximize, double wd) {
+  Case c;
+  c.type = "asgd";
+  c.as = {0.05, 1e-2, 0.75, averaging ? 3.0 : 1e6, wd, maximize};
+  c.name = std::string("asgd") + (averaging ? "_averaging" : "") + (maximize ? "_maximize" : "") +
+           (wd ? "_wd" : "");
+  return c;
+}
+
+// clamped: etas (0.3, 2) between step sizes 1e-3 and 0.05, reached within three steps.
+Case rprop_case(bool clamped, bool maximize) {
+  Case c;
+  c.type = "rprop";
+  c.rp2 = {0.01,
+           clamped ? 0.3 : 0.5,
+           clamped ? 2.0 : 1.2,
+           clamped ? 1e-3 : 1e-6,
+           clamped ? 0.05 : 50.0,
+           maximize};
+  c.name = std::string("rprop") + (clamped ? "_clamped" : "") + (maximize ? "_maximize" : "");
+  return c;
+}
+
 // Every flag combination torch accepts.
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
@@ -247,6 +310,13 @@ std::vector<Case> all_cases() {
         for (double wd : {0.0, 0.01})
           cases.push_back(nadam_radam_case(nadam, decoupled, maximize, wd));
   for (double wd : {0.0, 0.1}) cases.push_back(lion_case(wd));
+  for (bool maximize : {false, true})
+    for (double wd : {0.0, 0.01}) cases.push_back(adadelta_case(maximize, wd));
+  for (bool averaging : {false, true})
+    for (bool maximize : {false, true})
+      for (double wd : {0.0, 0.01}) cases.push_back(asgd_case(averaging, maximize, wd));
+  for (bool clamped : {false, true})
+    for (bool maximize : {false, true}) cases.push_back(rprop_case(clamped, maximize));
   return cases;
 }
 
@@ -352,9 +422,10 @@ TEST(ReferenceAgreement, CaseListCoversEveryValidFlagCombination) {
   // 20 SGD (momentum x dampening x nesterov-where-valid x maximize x weight_decay) + 8 Adam + 8
   // AdamW + 16 Adagrad (lr_decay x initial_accumulator_value x maximize x weight_decay) + 16
   // RMSprop (centered x momentum x maximize x weight_decay) + 4 Adamax + 8 NAdam + 8 RAdam
-  // (decoupled_weight_decay x maximize x weight_decay) + 2 Lion.
+  // (decoupled_weight_decay x maximize x weight_decay) + 2 Lion + 4 Adadelta (maximize x
+  // weight_decay) + 8 ASGD (averaging x maximize x weight_decay) + 4 Rprop (clamped x maximize).
   std::vector<Case> cases = all_cases();
-  EXPECT_EQ(cases.size(), 90u);
+  EXPECT_EQ(cases.size(), 106u);
   std::vector<std::string> names;
   for (const Case& c : cases) names.push_back(c.name);
   std::sort(names.begin(), names.end());
@@ -391,6 +462,26 @@ TEST(ReferenceAgreement, AdamOnZeroTinyAndHugeGradients) {
             << at << ": a zero gradient moved the param: " << p[0] << " " << p[1];
       }
     }
+}
+
+// While mu is 1 (torch's default t0 = 1e6) torch's ASGD copies the param into ax: bit for bit,
+// where ax + (p - ax) * mu would round once p and ax are far apart (lr = 1 moves p by O(1) a
+// step). From step t0 + 3 on (mu = 1/2, 1/3, ...), ax averages and differs from p.
+TEST(ReferenceAgreement, AsgdAverageIsAnExactCopyWhileMuIsOne) {
+  const size_t n = 1000;
+  std::vector<float> p = gen_floats(3, n), g(n);
+  auto opt = Optimizer::create(engine(), {{"type", "asgd"}, {"lr", 1.0}, {"t0", 4.0}});
+  opt->add_param_group({{{p.data(), int64_t(n), {}}, {g.data(), int64_t(n), {}}, ""}});
+  for (int step = 1; step <= 8; ++step) {
+    std::vector<float> gt = gen_floats(10 + uint32_t(step), n);
+    std::copy(gt.begin(), gt.end(), g.begin());
+    opt->step();
+    const std::vector<float>& ax = *opt->state(0, 0, "ax");
+    if (step <= 6)  // mu = 1 / max(1, (step - 1) - t0)
+      ASSERT_TRUE(testing::same_bits(ax, p)) << "step " << step;
+    else
+      ASSERT_FALSE(testing::same_bits(ax, p)) << "step " << step;
+  }
 }
 
 // The first SGD momentum step copies the gradient into the buffer exactly (torch: clone), and a

@@ -57,6 +57,9 @@ std::vector<RuleCase> rule_cases() {
       {"nadam", {{"type", "nadam"}, {"lr", 0.01}, {"weight_decay", 0.01}}},
       {"radam", {{"type", "radam"}, {"lr", 0.01}, {"betas", {0.8, 0.9}}}},
       {"lion", {{"type", "lion"}, {"lr", 1e-3}, {"weight_decay", 0.1}}},
+      {"adadelta", {{"type", "adadelta"}, {"weight_decay", 0.01}}},
+      {"asgd", {{"type", "asgd"}, {"lr", 0.01}, {"t0", 2.0}, {"weight_decay", 0.01}}},
+      {"rprop", {{"type", "rprop"}, {"lr", 0.01}, {"maximize", true}}},
   };
 }
 

@@ -238,10 +238,10 @@ struct StepArgs {
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",
-  // "adagrad", "rmsprop", "adamax", "nadam", "radam"; or one torch lacks: "lion", "lamb" (apex
-  // FusedLAMB), "lars" (torchlars over SGD), whose trust ratios come from per-tensor norms
-  // reduced in the same kernel) and
-  // optional defaults for every group, e.g. {"type":"adamw","lr":1e-3,"betas":[0.9,0.999]}.
+  // "adagrad", "rmsprop", "adamax", "nadam", "radam", "adadelta", "asgd", "rprop"; or one torch
+  // lacks: "lion", "lamb" (apex FusedLAMB), "lars" (torchlars over SGD), whose trust ratios come
+  // from per-tensor norms reduced in the same kernel) and optional defaults for every group,
+  // e.g. {"type":"adamw","lr":1e-3,"betas":[0.9,0.999]}.
   static std::unique_ptr<Optimizer> create(Engine& engine, const Options& config);
   ~Optimizer();
 
@@ -288,7 +288,8 @@ class Optimizer {
   void set_grad(size_t group, size_t index, const TensorRef& grad);
 
   // Per-tensor state, as torch names it ("exp_avg", "momentum_buffer", "sum", "square_avg",
-  // "grad_avg", "exp_inf", ...); null if absent. NAdam's scalar mu_product is kept on the host.
+  // "grad_avg", "exp_inf", "ax", "prev", ...); null if absent. Scalars torch keeps per tensor
+  // (NAdam's mu_product, ASGD's eta and mu) are kept on the host (bind_scalar).
   // f32 state only (the master copy of a 16-bit param is "master"); bf16 state (state_dtype
   // "bf16", or bf16 params without master weights) is in state_bf16() as raw bits, f16 state (f16
   // params without master weights) in state_ref() only, and state_values() widens any to f32
@@ -340,7 +341,7 @@ class Optimizer {
                   bool fresh);
   // A per-tensor scalar kept in one element of caller memory (f32 or f64, host): "step" (read
   // before and written after each update, as torch's state['step']) or host state a rule keeps
-  // (NAdam's "mu_product"). Error for other names.
+  // (NAdam's "mu_product", ASGD's "eta" and "mu"). Error for other names.
   void bind_scalar(size_t group, size_t index, const std::string& name, const TensorRef& value);
 
   // Writes / reads every group's options, step counts and state to a file (with the loss

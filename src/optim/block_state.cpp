@@ -116,9 +116,9 @@ Blocking group_blocking(const Options& h) {
 
 BlockMap block_map(const std::string& state) {
   // torch's names of state that is never negative: squares and their maxima, Adagrad's sum of
-  // squares, Adamax's infinity norm. Anything else may be signed.
-  static const char* const kNonNegative[] = {"exp_avg_sq", "max_exp_avg_sq", "square_avg",
-                                             "sum",        "exp_inf",        "acc_delta"};
+  // squares, Adamax's infinity norm, Rprop's step sizes. Anything else may be signed.
+  static const char* const kNonNegative[] = {"exp_avg_sq", "max_exp_avg_sq", "square_avg", "sum",
+                                             "exp_inf",    "acc_delta",      "step_size"};
   for (const char* n : kNonNegative)
     if (state == n) return BlockMap::kSqrt;
   return BlockMap::kSignedLinear;

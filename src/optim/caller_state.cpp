@@ -123,7 +123,7 @@ void Optimizer::bind_scalar(size_t group, size_t index, const std::string& name,
                             const TensorRef& value) {
   Impl::Tensor& t = tensor_at(*impl_, group, index);
   const std::string who = Impl::where(group, index, t.ref) + ": scalar '" + name + "'";
-  const optim::HostState host = impl_->rule->initial_host_state();
+  const optim::HostState host = impl_->rule->initial_host_state(impl_->groups[group].options);
   if (name != "step" && !host.count(name)) {
     std::string known = "step";
     for (const auto& [n, v] : host) known += ", " + n;

@@ -48,7 +48,7 @@ class Nadam final : public UpdateRule {
     return gr;
   }
 
-  HostState initial_host_state() const override { return {{"mu_product", 1.0}}; }
+  HostState initial_host_state(const Options&) const override { return {{"mu_product", 1.0}}; }
 
   void scalars(const Options& h, const TensorStep& t,
                std::map<std::string, double>* out) const override {

@@ -335,11 +335,13 @@ static void update(Impl& impl) {
           t.state.erase(m);
         bind_state(t, g);
       }
-  // Host state: a tensor that has none yet (its first step) starts with the rule's initial one.
-  const optim::HostState initial_host = impl_->rule->initial_host_state();
-  for (auto& g : impl_->groups)
+  // Host state: a tensor that has none yet (its first step) starts with the rule's initial one
+  // for its group's options now.
+  for (auto& g : impl_->groups) {
+    const optim::HostState initial_host = impl_->rule->initial_host_state(g.options);
     for (auto& t : g.tensors)
       for (const auto& [name, value] : initial_host) t.host.emplace(name, value);
+  }
 
   // Phase 3: one fused kernel call per tensor, in slices (step_round.h).
   std::sort(created.begin(), created.end());

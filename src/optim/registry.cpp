@@ -15,6 +15,9 @@ std::unique_ptr<UpdateRule> make_rmsprop();
 std::unique_ptr<UpdateRule> make_adamax();
 std::unique_ptr<UpdateRule> make_nadam();
 std::unique_ptr<UpdateRule> make_radam();
+std::unique_ptr<UpdateRule> make_adadelta();
+std::unique_ptr<UpdateRule> make_asgd();
+std::unique_ptr<UpdateRule> make_rprop();
 std::unique_ptr<UpdateRule> make_lion();  // not in torch.optim: Chen et al. 2023 / lion-pytorch
 // Per-tensor trust ratios from norms (reductions in the same kernel): not in torch.optim.
 std::unique_ptr<UpdateRule> make_lamb();         // apex FusedLAMB (adam_w_mode), see lamb.cpp
@@ -31,16 +34,19 @@ struct Builtin {
   bool alias = false;
 };
 const Builtin kBuiltins[] = {
+    {"adadelta", make_adadelta},
     {"adagrad", make_adagrad},
     {"adam", [] { return make_adam(false); }},
     {"adamax", make_adamax},
     {"adamw", [] { return make_adam(true); }},
+    {"asgd", make_asgd},
     {"lamb", make_lamb},
     {"lars", make_lars},
     {"lion", make_lion},
     {"nadam", make_nadam},
     {"radam", make_radam},
     {"rmsprop", make_rmsprop},
+    {"rprop", make_rprop},
     {"sgd", make_sgd},
     {"sparseadam", make_sparse_adam},
     {"lazyadam", make_sparse_adam, true},

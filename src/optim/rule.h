@@ -50,8 +50,13 @@ class UpdateRule {
     (void)name;
     return 0.0;
   }
-  // The host state a tensor starts with (created with its state buffers, at its first step).
-  virtual HostState initial_host_state() const { return {}; }
+  // The host state a tensor starts with (created with its state buffers, at its first step),
+  // for its group's options then (e.g. ASGD's eta starts at lr). Its names are all the host
+  // state the rule keeps, whatever the options.
+  virtual HostState initial_host_state(const Options& h) const {
+    (void)h;
+    return {};
+  }
   // Writes this step's scalars; may advance *t.host (called exactly once per tensor and step).
   virtual void scalars(const Options& h, const TensorStep& t,
                        std::map<std::string, double>* out) const = 0;

@@ -187,7 +187,7 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
   if (!groups.is_array() || groups.size() != impl.groups.size())
     throw Error("has " + std::to_string(groups.size()) + " param groups, this optimizer has " +
                 std::to_string(impl.groups.size()));
-  const optim::HostState known_host = impl.rule->initial_host_state();
+  const optim::HostState known_host = impl.rule->initial_host_state(impl.rule->defaults());
   Loaded out;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const Impl::Group& g = impl.groups[gi];

@@ -2,8 +2,8 @@
 """Generate golden optimizer trajectories with real torch.optim.
 
 What it does
-    Runs 20 steps of several torch.optim optimizers (Adam, AdamW, SGD,
-    Adagrad, RMSprop, Adamax, NAdam, RAdam with assorted options) on a single
+    Runs 20 steps of several torch.optim optimizers (Adam, AdamW, SGD, Adagrad,
+    RMSprop, Adamax, NAdam, RAdam, Adadelta, ASGD, Rprop with assorted options) on a single
     1-D float32 parameter of n = 257 elements, on CPU, using the
     single-tensor reference path (foreach=False, and fused=False where the
     class has that argument). Inputs come from an integer-only generator `gen` (below)
@@ -18,7 +18,8 @@ What it writes
       params (20 lists: the parameter after steps 1..20) and
       state (final state tensors after step 20 under torch's names:
       exp_avg, exp_avg_sq, max_exp_avg_sq, momentum_buffer, sum, square_avg,
-      grad_avg, exp_inf, as present; NAdam's 0-d mu_product is not written).
+      grad_avg, exp_inf, acc_delta, ax, prev, step_size, as present; 0-d state
+      such as NAdam's mu_product and ASGD's eta and mu is not written).
     Every float32 value is printed with '%.9g', which round-trips to the
     identical float32. lr_schedule values use repr() (exact doubles).
 
@@ -32,7 +33,8 @@ Inputs (t = 1..20)
 How to run (needs torch + numpy; torch is NOT a project build dependency)
     python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch numpy
     /tmp/torchvenv/bin/python tests/golden/make_golden.py [--check]
-  --step-features-only writes only step_features.json (GradScaler, clip_grad_norm_).
+  --step-features-only writes only step_features.json (GradScaler, clip_grad_norm_);
+  --cases a,b writes only those trajectories (not step_features.json).
   --check additionally re-implements the "adamw" case in numpy float64 and
   prints the max relative difference to torch.
 """
@@ -132,10 +134,26 @@ CASES = [
     ("radam_decoupled", torch.optim.RAdam,
      dict(lr=2e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1,
           decoupled_weight_decay=True, maximize=False)),
+    ("adadelta", torch.optim.Adadelta,
+     dict(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, maximize=False)),
+    ("adadelta_wd_maximize", torch.optim.Adadelta,
+     dict(lr=0.5, rho=0.95, eps=1e-5, weight_decay=0.01, maximize=True)),
+    # Default t0 = 1e6: ax is a copy of the param. eta follows the lr of the step before.
+    ("asgd", torch.optim.ASGD,
+     dict(lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, maximize=False)),
+    # t0 = 5: ax is a copy up to step 7, then a running average (mu = 1/2, 1/3, ...).
+    ("asgd_averaging_wd_maximize", torch.optim.ASGD,
+     dict(lr=5e-2, lambd=1e-2, alpha=0.6, t0=5.0, weight_decay=0.01, maximize=True)),
+    ("rprop", torch.optim.Rprop,
+     dict(lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50.0), maximize=False)),
+    # Step sizes reach both bounds within a few steps: 0.01 -> 0.02 -> 0.04 -> 0.05 (max), and
+    # 0.01 -> 0.003 -> 0.001 (min).
+    ("rprop_clamped_maximize", torch.optim.Rprop,
+     dict(lr=1e-2, etas=(0.3, 2.0), step_sizes=(1e-3, 0.05), maximize=True)),
 ]
 
 STATE_KEYS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg",
-              "grad_avg", "exp_inf")
+              "grad_avg", "exp_inf", "acc_delta", "ax", "prev", "step_size")
 
 
 def lr_schedule(lr0):
@@ -301,11 +319,20 @@ def step_features_golden():
 def main(argv):
     os.makedirs(OUT_DIR, exist_ok=True)
     torch.set_num_threads(1)
-    step_features_golden()
+    only = None
+    if "--cases" in argv:  # --cases a,b: (re)write only these trajectories
+        only = set(argv[argv.index("--cases") + 1].split(","))
+        unknown = only - {c for c, _, _ in CASES}
+        if unknown:
+            sys.exit("make_golden: unknown case(s) %s" % ", ".join(sorted(unknown)))
+    else:
+        step_features_golden()
     if "--step-features-only" in argv:
         return
     results = {}
     for case, cls, kw in CASES:
+        if only is not None and case not in only:
+            continue
         lrs, traj, state = run_case(cls, kw)
         results[case] = (kw, traj, state)
         path = write_case(case, cls, kw, lrs, traj, state)
@@ -313,7 +340,7 @@ def main(argv):
         moved = float(np.max(np.abs(traj[-1] - p0)))
         print("%-24s -> %s  (max |p20-p0| = %.3g, state: %s)"
               % (case, os.path.relpath(path), moved, ",".join(state)))
-    if "--check" in argv:
+    if "--check" in argv and "adamw" in results:
         kw, traj, state = results["adamw"]
         ref, m, v = numpy_adamw64(kw)
         rel = 0.0

@@ -18,6 +18,10 @@ BAD = {
     "NAdam": [dict(lr=-1.0), dict(momentum_decay=-1.0), dict(betas=(0.9, 1.0))],
     "RAdam": [dict(lr=-1.0), dict(weight_decay=-1.0), dict(betas=(-0.1, 0.9))],
     "SparseAdam": [dict(lr=-1.0), dict(eps=-1.0), dict(betas=(1.0, 0.9))],
+    "Adadelta": [dict(lr=-1.0), dict(rho=1.5), dict(rho=-0.1), dict(eps=-1.0),
+                 dict(weight_decay=-1.0)],
+    "ASGD": [dict(lr=-1.0), dict(lambd=-1.0), dict(alpha=-1.0), dict(weight_decay=-1.0)],
+    "Rprop": [dict(lr=-1.0), dict(etas=(0.0, 1.2)), dict(etas=(0.5, 1.0)), dict(etas=(1.5, 2.0))],
 }
 CASES = [(name, kw) for name, kws in BAD.items() for kw in kws]
 

@@ -20,7 +20,10 @@ CASES = [("AdamW", dict(lr=1e-2, weight_decay=0.1)),
          ("RMSprop", dict(lr=1e-3, centered=True, momentum=0.9)),
          ("Adamax", dict(lr=1e-2)),
          ("NAdam", dict(lr=1e-2)),
-         ("RAdam", dict(lr=1e-2))]
+         ("RAdam", dict(lr=1e-2)),
+         ("Adadelta", dict(lr=1.0)),
+         ("ASGD", dict(lr=1e-2, t0=10.0)),  # eta, mu and ax all carried over mid-averaging
+         ("Rprop", dict(lr=1e-3))]
 
 
 def steps(opt, ps, first, count):

@@ -42,6 +42,12 @@ CASES = [
     ("NAdam", dict(lr=1e-2, weight_decay=1e-2, momentum_decay=1e-2, maximize=True)),
     ("RAdam", dict(lr=1e-2)),
     ("RAdam", dict(lr=1e-2, weight_decay=1e-2, decoupled_weight_decay=True, maximize=True)),
+    ("Adadelta", dict()),
+    ("Adadelta", dict(lr=0.5, rho=0.95, eps=1e-5, weight_decay=1e-2, maximize=True)),
+    ("ASGD", dict(lr=1e-2)),
+    ("ASGD", dict(lr=1e-2, lambd=1e-2, alpha=0.6, t0=20.0, weight_decay=1e-2, maximize=True)),
+    ("Rprop", dict(lr=1e-3)),
+    ("Rprop", dict(lr=1e-3, etas=(0.3, 2.0), step_sizes=(1e-4, 1e-2), maximize=True)),
 ]
 
 

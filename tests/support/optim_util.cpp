@@ -106,9 +106,18 @@ std::vector<float*> Model::params() {
 }
 
 const std::vector<std::string>& all_state_names() {
-  static const std::vector<std::string> names = {"momentum_buffer", "exp_avg", "exp_avg_sq",
-                                                 "max_exp_avg_sq",  "sum",     "square_avg",
-                                                 "grad_avg",        "exp_inf"};
+  static const std::vector<std::string> names = {"momentum_buffer",
+                                                 "exp_avg",
+                                                 "exp_avg_sq",
+                                                 "max_exp_avg_sq",
+                                                 "sum",
+                                                 "square_avg",
+                                                 "grad_avg",
+                                                 "exp_inf",
+                                                 "acc_delta",
+                                                 "ax",
+                                                 "prev",
+                                                 "step_size"};
   return names;
 }
 

@@ -250,6 +250,60 @@ void lion_element(const LionConfig& c, Bounded* p, Bounded* m, float grad) {
   *m = *m * host(c.beta2) + host(1.0 - c.beta2) * g;
 }
 
+Bounded min(Bounded a, Bounded b) { return {std::min(a.v, b.v), std::max(a.e, b.e)}; }
+
+// torch.optim.Adadelta, one element (torch/optim/adadelta.py, _single_tensor_adadelta):
+//   g as Adagrad;  v = v * rho + (1 - rho) * g * g   (mul_, addcmul_)
+//   delta = sqrt(u + eps) / sqrt(v + eps) * g;  u = u * rho + (1 - rho) * delta * delta
+//   p = p - lr * delta
+void adadelta_element(const AdadeltaConfig& c, Bounded* p, Bounded* v, Bounded* u, float grad) {
+  Bounded g = c.maximize ? -input(grad) : input(grad);
+  if (c.weight_decay != 0) g = g + host(c.weight_decay) * *p;
+  *v = *v * host(c.rho) + host(1.0 - c.rho) * (g * g);
+  Bounded delta = sqrt(*u + host(c.eps)) / sqrt(*v + host(c.eps)) * g;
+  *u = *u * host(c.rho) + host(1.0 - c.rho) * (delta * delta);
+  *p = *p - host(c.lr) * delta;
+}
+
+// torch.optim.ASGD's per-step scalars from its (exact) eta and mu: decay = 1 - lambd * eta, which
+// torch computes from eta rounded to float32 (the rounding's effect charged to it), and whether
+// ax is a copy (torch: mu.item() != 1, in float32).
+struct AsgdScalars {
+  Bounded decay, eta, mu;
+  bool copy;
+};
+AsgdScalars asgd_scalars(const AsgdConfig& c, double eta, double mu) {
+  double eta_rounding = std::fabs(double(static_cast<float>(eta)) - eta);
+  return {host_of(1.0 - c.lambd * eta, std::fabs(c.lambd) * eta_rounding), host(eta), host(mu),
+          static_cast<float>(mu) == 1.0f};
+}
+
+// torch.optim.ASGD, one element (torch/optim/asgd.py, _single_tensor_asgd):
+//   g as Adagrad;  p = p * (1 - lambd * eta);  p = p - eta * g
+//   ax = copy ? p : ax + (p - ax) * mu
+void asgd_element(const AsgdConfig& c, const AsgdScalars& h, Bounded* p, Bounded* ax, float grad) {
+  Bounded g = c.maximize ? -input(grad) : input(grad);
+  if (c.weight_decay != 0) g = g + host(c.weight_decay) * *p;
+  *p = *p * h.decay - h.eta * g;
+  *ax = h.copy ? *p : *ax + (*p - *ax) * h.mu;
+}
+
+// torch.optim.Rprop, one element (torch/optim/rprop.py, _single_tensor_rprop):
+//   g = maximize ? -grad : grad;  s = sign(g * prev) -> etaplus / etaminus / 1
+//   step_size = clamp(step_size * s, step_size_min, step_size_max)
+//   g = 0 where s == etaminus;  p = p - sign(g) * step_size;  prev = g
+void rprop_element(const RpropConfig& c, Bounded* p, Bounded* prev, Bounded* step_size,
+                   float grad) {
+  const float g = c.maximize ? -grad : grad;
+  const float product = g * static_cast<float>(prev->v);  // prev is exact: a gradient or 0
+  Bounded factor = product > 0 ? host(c.etaplus) : product < 0 ? host(c.etaminus) : Bounded{1, 0};
+  *step_size = min(max(*step_size * factor, host(c.step_size_min)), host(c.step_size_max));
+  const float kept = product < 0 ? 0.0f : g;
+  *prev = input(kept);
+  Bounded s{kept > 0 ? 1.0 : (kept < 0 ? -1.0 : 0.0), 0.0};
+  *p = *p - s * *step_size;
+}
+
 std::vector<double> from_floats(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
 }  // namespace
@@ -277,6 +331,16 @@ ReferenceOptimizer::ReferenceOptimizer(const NadamRadamConfig& config, const std
 ReferenceOptimizer::ReferenceOptimizer(const LionConfig& config, const std::vector<float>& p0)
     : kind_(Kind::Lion), lion_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
 
+ReferenceOptimizer::ReferenceOptimizer(const AdadeltaConfig& config, const std::vector<float>& p0)
+    : kind_(Kind::Adadelta),
+      adadelta_(config),
+      param_(from_floats(p0)),
+      param_bound_(p0.size(), 0.0) {}
+ReferenceOptimizer::ReferenceOptimizer(const AsgdConfig& config, const std::vector<float>& p0)
+    : kind_(Kind::Asgd), asgd_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
+ReferenceOptimizer::ReferenceOptimizer(const RpropConfig& config, const std::vector<float>& p0)
+    : kind_(Kind::Rprop), rprop_(config), param_(from_floats(p0)), param_bound_(p0.size(), 0.0) {}
+
 void ReferenceOptimizer::set_lr(double lr) {
   sgd_.lr = lr;
   adam_.lr = lr;
@@ -285,6 +349,9 @@ void ReferenceOptimizer::set_lr(double lr) {
   adamax_.lr = lr;
   nr_.lr = lr;
   lion_.lr = lr;
+  adadelta_.lr = lr;
+  asgd_.lr = lr;
+  rprop_.lr = lr;
 }
 
 void ReferenceOptimizer::step_other(const std::vector<float>& grad) {
@@ -292,11 +359,12 @@ void ReferenceOptimizer::step_other(const std::vector<float>& grad) {
   const std::vector<std::string> names = state_names();
   for (const std::string& name : names)
     if (!state_.count(name)) {
-      // torch: zeros_like, except Adagrad's sum: full_like(p, initial_accumulator_value), a
-      // float32 tensor (exact from then on).
-      double init = kind_ == Kind::Adagrad
-                        ? double(static_cast<float>(adagrad_.initial_accumulator_value))
-                        : 0.0;
+      // torch: zeros_like, except Adagrad's sum: full_like(p, initial_accumulator_value) and
+      // Rprop's step_size: full_like(p, lr), float32 tensors (exact from then on).
+      double init = 0.0;
+      if (kind_ == Kind::Adagrad)
+        init = double(static_cast<float>(adagrad_.initial_accumulator_value));
+      if (kind_ == Kind::Rprop && name == "step_size") init = double(static_cast<float>(rprop_.lr));
       state_[name].assign(n, init);
       state_bound_[name].assign(n, 0.0);
     }
@@ -314,6 +382,8 @@ void ReferenceOptimizer::step_other(const std::vector<float>& grad) {
             mb = index_of("momentum_buffer");
   NadamRadamScalars nr{};
   if (kind_ == Kind::NadamRadam) nr = nadam_radam_scalars(nr_, step_, &mu_product_);
+  if (kind_ == Kind::Asgd && step_ == 1) asgd_eta_ = asgd_.lr;  // torch: tensor(lr) at init
+  const AsgdScalars asgd = asgd_scalars(asgd_, asgd_eta_, asgd_mu_);
   for (size_t i = 0; i < n; ++i) {
     Bounded p{param_[i], param_bound_[i]};
     Bounded s[3];
@@ -336,12 +406,26 @@ void ReferenceOptimizer::step_other(const std::vector<float>& grad) {
       case Kind::Lion:
         lion_element(lion_, &p, &s[0], grad[i]);
         break;
+      case Kind::Adadelta:
+        adadelta_element(adadelta_, &p, &s[0], &s[1], grad[i]);
+        break;
+      case Kind::Asgd:
+        asgd_element(asgd_, asgd, &p, &s[0], grad[i]);
+        break;
+      case Kind::Rprop:
+        rprop_element(rprop_, &p, &s[0], &s[1], grad[i]);
+        break;
       default:
         throw std::logic_error("reference: step_other on SGD/Adam");
     }
     for (size_t k = 0; k < names.size(); ++k) sv[k][i] = s[k].v, se[k][i] = s[k].e;
     param_[i] = p.v;
     param_bound_[i] = p.e;
+  }
+  if (kind_ == Kind::Asgd) {  // torch: for the next step, from this step's count and lr
+    const double t = static_cast<double>(step_);
+    asgd_eta_ = asgd_.lr / std::pow(1.0 + asgd_.lambd * asgd_.lr * t, asgd_.alpha);
+    asgd_mu_ = 1.0 / std::max(1.0, t - asgd_.t0);
   }
 }
 
@@ -411,6 +495,12 @@ std::vector<std::string> ReferenceOptimizer::state_names() const {
       return {"exp_avg", "exp_avg_sq"};
     case Kind::Lion:
       return {"exp_avg"};
+    case Kind::Adadelta:
+      return {"square_avg", "acc_delta"};
+    case Kind::Asgd:
+      return {"ax"};
+    case Kind::Rprop:
+      return {"prev", "step_size"};
     default:
       break;
   }

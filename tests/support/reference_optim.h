@@ -1,9 +1,9 @@
 #pragma once
-// Independent scalar references for torch.optim.SGD, Adam, AdamW, Adagrad, RMSprop, Adamax, NAdam
-// and RAdam (the single-tensor algorithm, written from torch's documentation and
-// torch/optim/*.py, never from optfuse) and for Lion (lucidrains/lion-pytorch), run in
-// double from float32 inputs, plus a rigorous bound on how far ANY float32 evaluation of the same
-// formulas may land from the double result.
+// Independent scalar references for torch.optim.SGD, Adam, AdamW, Adagrad, RMSprop, Adamax, NAdam,
+// RAdam, Adadelta, ASGD and Rprop (the single-tensor algorithm, written from torch's documentation
+// and torch/optim/*.py, never from optfuse) and for Lion (lucidrains/lion-pytorch), run in double
+// from float32 inputs, plus a rigorous bound on how far ANY float32 evaluation of the same formulas
+// may land from the double result.
 //
 // The bound (running error analysis, Wilkinson style) is what the tests use as tolerance, per
 // element and per step, instead of one hand-picked relative number:
@@ -105,6 +105,37 @@ struct LionConfig {
   double weight_decay = 0;
 };
 
+// torch.optim.Adadelta.
+struct AdadeltaConfig {
+  double lr = 1.0;
+  double rho = 0.9;
+  double eps = 1e-6;
+  double weight_decay = 0;
+  bool maximize = false;
+};
+
+// torch.optim.ASGD. eta and mu are torch's float32 0-d tensors: the reference keeps them exact and
+// charges their float32 rounding to the scalars made from them.
+struct AsgdConfig {
+  double lr = 1e-2;
+  double lambd = 1e-4;
+  double alpha = 0.75;
+  double t0 = 1e6;
+  double weight_decay = 0;
+  bool maximize = false;
+};
+
+// torch.optim.Rprop. Its decisions (the sign of grad * prev) are exact: grad and prev are float32
+// values, and the products of these inputs are normal floats.
+struct RpropConfig {
+  double lr = 1e-2;
+  double etaminus = 0.5;
+  double etaplus = 1.2;
+  double step_size_min = 1e-6;
+  double step_size_max = 50;
+  bool maximize = false;
+};
+
 // A double value and a bound on |float32 evaluation - value|.
 struct Bounded {
   double v = 0;
@@ -122,6 +153,9 @@ class ReferenceOptimizer {
   ReferenceOptimizer(const AdamaxConfig& config, const std::vector<float>& p0);
   ReferenceOptimizer(const NadamRadamConfig& config, const std::vector<float>& p0);
   ReferenceOptimizer(const LionConfig& config, const std::vector<float>& p0);
+  ReferenceOptimizer(const AdadeltaConfig& config, const std::vector<float>& p0);
+  ReferenceOptimizer(const AsgdConfig& config, const std::vector<float>& p0);
+  ReferenceOptimizer(const RpropConfig& config, const std::vector<float>& p0);
 
   void set_lr(double lr);  // like param_groups[0]["lr"] = lr
   void step(const std::vector<float>& grad);
@@ -136,7 +170,7 @@ class ReferenceOptimizer {
   std::vector<std::string> state_names() const;
 
  private:
-  enum class Kind { Sgd, Adam, Adagrad, Rmsprop, Adamax, NadamRadam, Lion };
+  enum class Kind { Sgd, Adam, Adagrad, Rmsprop, Adamax, NadamRadam, Lion, Adadelta, Asgd, Rprop };
   void step_other(const std::vector<float>& grad);  // every kind but Sgd and Adam
   Kind kind_;
   SgdConfig sgd_;
@@ -146,7 +180,11 @@ class ReferenceOptimizer {
   AdamaxConfig adamax_;
   NadamRadamConfig nr_;
   LionConfig lion_;
-  Bounded mu_product_{1.0, 0.0};  // NAdam
+  AdadeltaConfig adadelta_;
+  AsgdConfig asgd_;
+  RpropConfig rprop_;
+  Bounded mu_product_{1.0, 0.0};       // NAdam
+  double asgd_eta_ = 0, asgd_mu_ = 1;  // ASGD's eta (set at the first step) and mu, exact
   int64_t step_ = 0;
   std::vector<double> param_, param_bound_;
   std::map<std::string, std::vector<double>> state_, state_bound_;

@@ -20,7 +20,7 @@ from ._binding import Binding
 from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
 
 __all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
-           "SparseAdam", "Lion", "LAMB", "LARS", "Custom"]
+           "Adadelta", "ASGD", "Rprop", "SparseAdam", "Lion", "LAMB", "LARS", "Custom"]
 
 
 def _set_group_defaults(opt: Optimizer, options: dict) -> None:
@@ -121,6 +121,61 @@ class RAdam(FusedOptimizer, torch.optim.RAdam):
     """torch.optim.RAdam (decoupled_weight_decay), fused; rectification chosen per step."""
 
     _optfuse_type = "radam"
+
+
+@_drop_in
+class Adadelta(FusedOptimizer, torch.optim.Adadelta):
+    """torch.optim.Adadelta, fused."""
+
+    _optfuse_type = "adadelta"
+
+
+def _scalar_dtype() -> torch.dtype:
+    """The dtype of torch's 0-d optimizer state (torch.optim.optimizer._get_scalar_dtype)."""
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+@_drop_in
+class ASGD(FusedOptimizer, torch.optim.ASGD):
+    """torch.optim.ASGD (lambd, alpha, t0), fused: the param and its average ``ax`` in one pass.
+
+    ``state[p]["eta"]`` and ``["mu"]`` are torch's 0-d tensors: the step reads them, and writes
+    the next step's values back. A param's first step makes them as torch does (eta = the
+    group's lr then, mu = 1).
+    """
+
+    _optfuse_type = "asgd"
+    _optfuse_scalars = (("step", 0.0), ("eta", 0.0), ("mu", 1.0))  # eta: made in step()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        # torch's _init_group, for what the binding cannot know: eta starts at the group's lr.
+        dtype = _scalar_dtype()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                if "step" not in st:
+                    st["step"] = torch.zeros((), dtype=dtype)
+                if "eta" not in st:
+                    st["eta"] = torch.as_tensor(group["lr"], dtype=dtype).clone().detach()
+                if "mu" not in st:
+                    st["mu"] = torch.ones((), dtype=dtype)
+        super().step()
+        return loss
+
+
+@_drop_in
+class Rprop(FusedOptimizer, torch.optim.Rprop):
+    """torch.optim.Rprop (etas, step_sizes), fused: per-element step sizes, ``prev`` and the
+    param in one pass; ``step_size`` starts at the group's lr, as in torch."""
+
+    _optfuse_type = "rprop"
 
 
 @_drop_in
