@@ -50,6 +50,17 @@ def plain(value):
     return value
 
 
+def scalar_dtype() -> torch.dtype:
+    """The dtype of torch's 0-d optimizer state (torch.optim.optimizer._get_scalar_dtype)."""
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+def scalar_initial(initial, group: dict) -> float:
+    """A scalar state's initial value: a number, or a function of the param's group (ASGD's eta
+    starts at the group's lr when the param's state is made)."""
+    return float(plain(initial(group) if callable(initial) else initial))
+
+
 def is_dtensor(t) -> bool:
     """A DTensor (torch.distributed.tensor), recognized without importing torch.distributed."""
     return hasattr(t, "_local_tensor") and hasattr(t, "placements")
@@ -276,7 +287,9 @@ class Binding:
             s = st.get(name)
             if not (isinstance(s, torch.Tensor) and s.device.type == "cpu" and s.dim() == 0
                     and s.dtype in (torch.float32, torch.float64)):
-                s = torch.tensor(float(initial if s is None else plain(s)), dtype=torch.float32)
+                if s is None:
+                    s = scalar_initial(initial, opt.param_groups[g.index])
+                s = torch.tensor(float(plain(s)), dtype=scalar_dtype())
                 st[name] = s
             self.keep.append(s.untyped_storage())
             self.core.bind_scalar(g.cpp, k, name, s.data_ptr(),

@@ -21,7 +21,8 @@ import torch
 from .. import _core
 from .._engine import engine
 from . import _state8
-from ._binding import TORCH_DTYPES, Binding, local, name_of, plain
+from ._binding import (TORCH_DTYPES, Binding, local, name_of, plain, scalar_dtype,
+                       scalar_initial)
 
 # Optimizer-wide step features (C++ StepOptions, include/optfuse/optim.h); constructor keywords.
 STEP_OPTIONS = ("max_grad_norm", "norm_type", "error_if_nonfinite", "loss_scale", "init_scale",
@@ -51,7 +52,8 @@ class FusedOptimizer:
     """
 
     _optfuse_type: str = ""
-    # torch's per-tensor scalar state: (name, initial value); "step" where torch keeps one.
+    # torch's per-tensor scalar state: (name, initial value or a function of the param's group);
+    # "step" where torch keeps one.
     _optfuse_scalars: tuple = (("step", 0.0),)
     # State torch makes at a step when it is missing (SGD's momentum_buffer): a checkpoint
     # without it is complete.
@@ -261,9 +263,10 @@ class FusedOptimizer:
         is empty here): made as for the others, so that every rank's state_dict() has the same
         entries, and its step advanced with theirs."""
         st = self.state[p]
+        group = next(g for g in self.param_groups if any(q is p for q in g["params"]))
         for name, initial in self._optfuse_scalar_state():
             if name not in st:
-                st[name] = torch.tensor(float(initial), dtype=torch.float32)
+                st[name] = torch.tensor(scalar_initial(initial, group), dtype=scalar_dtype())
             if name == "step":
                 b.idle_steps.append(st[name])
         like = next((g for g in b.groups if g.params and g.params[0].dtype == p.dtype), None)

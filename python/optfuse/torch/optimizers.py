@@ -130,11 +130,6 @@ class Adadelta(FusedOptimizer, torch.optim.Adadelta):
     _optfuse_type = "adadelta"
 
 
-def _scalar_dtype() -> torch.dtype:
-    """The dtype of torch's 0-d optimizer state (torch.optim.optimizer._get_scalar_dtype)."""
-    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-
-
 @_drop_in
 class ASGD(FusedOptimizer, torch.optim.ASGD):
     """torch.optim.ASGD (lambd, alpha, t0), fused: the param and its average ``ax`` in one pass.
@@ -145,29 +140,8 @@ class ASGD(FusedOptimizer, torch.optim.ASGD):
     """
 
     _optfuse_type = "asgd"
-    _optfuse_scalars = (("step", 0.0), ("eta", 0.0), ("mu", 1.0))  # eta: made in step()
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        # torch's _init_group, for what the binding cannot know: eta starts at the group's lr.
-        dtype = _scalar_dtype()
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                st = self.state[p]
-                if "step" not in st:
-                    st["step"] = torch.zeros((), dtype=dtype)
-                if "eta" not in st:
-                    st["eta"] = torch.as_tensor(group["lr"], dtype=dtype).clone().detach()
-                if "mu" not in st:
-                    st["mu"] = torch.ones((), dtype=dtype)
-        super().step()
-        return loss
+    # torch's _init_group: eta starts at the group's lr when the param's state is made.
+    _optfuse_scalars = (("step", 0.0), ("eta", lambda group: group["lr"]), ("mu", 1.0))
 
 
 @_drop_in
