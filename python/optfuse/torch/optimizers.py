@@ -20,7 +20,7 @@ from ._binding import Binding
 from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
 
 __all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
-           "Adadelta", "ASGD", "Rprop", "SparseAdam", "Lion", "LAMB", "LARS", "Custom"]
+           "Adadelta", "ASGD", "Rprop", "SparseAdam", "LBFGS", "Lion", "LAMB", "LARS", "Custom"]
 
 
 def _set_group_defaults(opt: Optimizer, options: dict) -> None:
@@ -180,6 +180,25 @@ class SparseAdam(FusedOptimizer, torch.optim.SparseAdam):
                 b.core.set_sparse_grad(g.cpp, k, rows.data_ptr(), rows.numel(),
                                        values.data_ptr(), values.numel())
                 g.sparse_keep.append((rows, values))
+
+
+class LBFGS(torch.optim.LBFGS):
+    """torch.optim.LBFGS itself, unfused: so that swapping the import keeps working.
+
+    L-BFGS is not an element-wise update. Each step is a closure-driven line search over all
+    params viewed as ONE flat vector: dot products with a history of past directions and
+    gradients, then one ``add_`` per tensor. torch already runs it on that flat vector, with no
+    per-tensor pass that a fused kernel could merge, so optfuse offers torch's algorithm as it
+    is (same results, state_dict and errors) and refuses its own step keywords here.
+    """
+
+    def __init__(self, params, *args, **kwargs):
+        ours = sorted(k for k in kwargs if k in STEP_OPTIONS or k in EXTRA_GROUP_OPTIONS)
+        if ours:
+            raise ValueError(f"LBFGS: {ours} are optfuse step options, and LBFGS runs torch's own "
+                             "algorithm (its line search needs the closure's exact gradients): "
+                             "clip or scale them in the closure instead")
+        super().__init__(params, *args, **kwargs)
 
 
 def _check(cond: bool, message: str) -> None:
