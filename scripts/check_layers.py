@@ -2,8 +2,8 @@
 """Fails when a stage includes a stage above it (a back-edge, the start of an include cycle).
 
 The stages, bottom to top, are the folders of src/ and the public headers of include/optfuse/
-that belong to them (README "Architecture"). A file may include its own stage and any stage below
-it. Run from anywhere: `python3 scripts/check_layers.py` (CTest runs it as `layers`).
+that belong to them (docs/architecture.md, "Layers"). A file may include its own stage and any
+stage below it. Run from anywhere: `python3 scripts/check_layers.py` (CTest runs it as `layers`).
 """
 import re
 import sys

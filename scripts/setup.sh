@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what optfuse needs from Debian 12 (only what is missing; silent when nothing is) and
-# builds it (Release) into build/. Run as root on Debian 12. Used by demo.sh and test.sh.
+# builds it (Release) into build/. Run as root on Debian 12. Used by demo.sh and test.sh;
+# `--no-build` only installs the packages (scripts/build_wheel.sh). Other arguments go to
+# `cmake --build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +29,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+[[ "${1:-}" == "--no-build" ]] && exit 0
 BUILD_DIR=${OPTFUSE_BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)" "$@"

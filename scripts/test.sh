@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds everything (library, tools, tests, benchmarks, the Python package) and runs
-# every test: CTest (C++), then pytest (tests/python, against torch.optim).
+# every test: CTest (C++), pytest (tests/python, against torch.optim), then the wheel a user
+# installs (scripts/wheel_test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "test: CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), AVX-512:" \
@@ -12,3 +13,6 @@ BUILD_DIR=${OPTFUSE_BUILD_DIR:-build}
 (cd "$BUILD_DIR" && ctest --output-on-failure -j"$(nproc)")
 # A fresh kernel cache per build, so the Python tests compile as a new user's first run does.
 OPTFUSE_CACHE_DIR="$PWD/$BUILD_DIR/pytest-cache" "$PY" -m pytest -q tests/python
+# The wheel: built from build/python (compiled above), repaired, installed into a fresh venv and
+# run where the system's Halide and LLVM cannot be found.
+bash scripts/wheel_test.sh
