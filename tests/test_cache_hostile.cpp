@@ -1,8 +1,8 @@
 // The disk cache under hostile and careless use (cache/README.md, "Trust" and "What a read
 // checks"): a terabyte sparse file or a directory in place of an entry, a temporary file a dead
 // writer left under this process's pid, umask 000, every level of the tree not trusted (writable
-// by all, owned by another user, a symlink). Each is a miss with one warning, never an abort, an
-// error or a memory-only process.
+// by all, owned by another user, a symlink), and forged entries that pass every checksum but do
+// not link. Each is a miss with one warning, never an abort, an error or a memory-only process.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -22,17 +22,29 @@ namespace {
 namespace fs = std::filesystem;
 using testing::bytes_of;
 using testing::check_runs;
+using testing::Entry;
 using testing::entry_file;
 using testing::expect_recovers;
 using ::testing::HasSubstr;
 using testing::read_all;
+using testing::read_entry;
 using testing::Recorded;
 using testing::sgd;
 using testing::TempDir;
 using testing::write_all;
+using testing::write_entry;
 
 constexpr uint64_t kTerabyte = uint64_t{1} << 40;
 constexpr uid_t kNobody = 65534;
+
+Graph momentum() {
+  Graph g("momentum");
+  Value p = g.param("p"), grad = g.grad("g"), b = g.state("b"), lr = g.scalar("lr");
+  Value b2 = b * g.scalar("mu") + grad;
+  g.output("b", b2);
+  g.output("p", p - lr * b2);
+  return g;
+}
 
 mode_t mode_of(const std::string& path) {
   struct stat st {};
@@ -262,6 +274,95 @@ TEST(CacheHostile, EntryOrShardOwnedByAnotherUserIsNotUsed) {
   EXPECT_FALSE(r.cache->get("abcd", &got));
   ASSERT_EQ(r.warnings->size(), 1u);
   EXPECT_THAT((*r.warnings)[0], HasSubstr(shard + " is owned by uid 65534"));
+}
+
+// sgd()'s kernel object taken from a cache of its own; momentum()'s likewise.
+std::vector<char> kernel_object(const Graph& g) {
+  TempDir dir;
+  Recorded r(dir.path());
+  Engine e;
+  e.set_object_store(r.cache);
+  e.kernel(g);
+  return read_entry(entry_file(*r.cache, e.kernel_key(g))).object;
+}
+
+// The entry at `path` with `object` in place of its own, every checksum computed anew: it passes
+// every check of a read (the object is an ELF object of this machine carrying the target's text)
+// and only linking it can tell.
+void forge(const std::string& path, const std::vector<char>& object) {
+  Entry e = read_entry(path);
+  e.object = object;
+  write_entry(path, e);
+}
+
+// `object` with the name of a symbol it references (a Halide runtime function) changed, so that
+// nothing defines it.
+std::vector<char> with_unresolvable_symbol(std::vector<char> object) {
+  std::string text(object.begin(), object.end());
+  size_t at = text.find(std::string("halide_do_par_for") + '\0');
+  EXPECT_NE(at, std::string::npos);
+  if (at != std::string::npos) object[at + 16] = 'x';  // halide_do_par_fox
+  return object;
+}
+
+// Before: another kernel's object under this key (its symbols name its own key), or one whose
+// runtime reference resolves nowhere, failed every load with an Error, and verify reported the
+// cache clean.
+TEST(CacheHostile, ForgedEntryThatDoesNotLinkIsRecompiled) {
+  TempDir dir;
+  const std::vector<char> other = kernel_object(momentum());
+  expect_recovers(
+      dir.path(), "another kernel's object", [&](const std::string& p) { forge(p, other); },
+      "it does not link");
+  expect_recovers(
+      dir.path(), "an unresolvable symbol",
+      [&](const std::string& p) { forge(p, with_unresolvable_symbol(read_entry(p).object)); },
+      "halide_do_par_fox");
+}
+
+TEST(CacheHostile, VerifyLinksEveryEntry) {
+  TempDir dir;
+  Recorded r(dir.path());
+  Engine e;
+  e.set_object_store(r.cache);
+  e.kernel(sgd());
+  e.kernel(momentum());
+  for (const CacheEntry& c : r.cache->list(true)) EXPECT_EQ(c.problem, "") << c.path;
+  const std::string sgd_path = entry_file(*r.cache, e.kernel_key(sgd()));
+  const std::string momentum_path = entry_file(*r.cache, e.kernel_key(momentum()));
+  forge(sgd_path, read_entry(momentum_path).object);
+  forge(momentum_path, with_unresolvable_symbol(read_entry(momentum_path).object));
+  EXPECT_THAT(problem_of(*r.cache, sgd_path), HasSubstr("does not link"));
+  EXPECT_THAT(problem_of(*r.cache, sgd_path), HasSubstr("optfuse_" + e.kernel_key(sgd())));
+  EXPECT_THAT(problem_of(*r.cache, momentum_path), HasSubstr("halide_do_par_fox"));
+  // Without a linker (a cache opened only to list) the forgeries pass: the checksums hold.
+  DiskCache plain({dir.path()});
+  for (const CacheEntry& c : plain.list(true)) EXPECT_EQ(c.problem, "") << c.path;
+}
+
+// The runtime's entry is linked before any kernel: a forged one is discarded and compiled.
+TEST(CacheHostile, ForgedRuntimeThatDoesNotLinkIsRecompiled) {
+  TempDir dir;
+  std::string runtime_path;
+  {
+    Recorded first(dir.path());
+    Engine a;
+    a.set_object_store(first.cache);
+    a.kernel(sgd());
+    for (const CacheEntry& c : first.cache->list())
+      if (c.kind == "runtime") runtime_path = c.path;
+  }
+  ASSERT_FALSE(runtime_path.empty());
+  forge(runtime_path, kernel_object(momentum()));  // links, but lacks every runtime function
+  Recorded second(dir.path());
+  EXPECT_THAT(problem_of(*second.cache, runtime_path), HasSubstr("does not link"));
+  Engine b;
+  b.set_object_store(second.cache);
+  check_runs(*b.kernel(sgd()));
+  EXPECT_EQ(b.counters().compiles, 0);  // the kernel's entry was good
+  ASSERT_EQ(second.warnings->size(), 1u) << ::testing::PrintToString(*second.warnings);
+  EXPECT_THAT((*second.warnings)[0], HasSubstr(runtime_path));
+  EXPECT_EQ(problem_of(*second.cache, runtime_path), "");  // rewritten
 }
 
 }  // namespace

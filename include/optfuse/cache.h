@@ -57,6 +57,18 @@ inline constexpr uint64_t kMaxEntryBytes = uint64_t{256} << 20;
 // second); prune() and clear() remove such files.
 inline constexpr double kStaleTemporarySeconds = 600;
 
+// Links objects as loading them would, in a JIT thrown away afterwards: what `optfuse cache
+// verify` asks of every entry beyond its checksums (CacheOptions::linker).
+class ObjectLinker {
+ public:
+  virtual ~ObjectLinker() = default;
+  // What is wrong with `object`, the entry `key` of `kind` for `target`, once linked ("" if
+  // nothing, or if it cannot be linked in this process: another machine's code). A kernel links
+  // against the runtime last checked for its target, else one compiled for it.
+  virtual std::string link_problem(const std::string& kind, const std::string& target,
+                                   const std::string& key, const std::vector<char>& object) = 0;
+};
+
 struct CacheOptions {
   std::string dir;                         // required
   uint64_t max_bytes = uint64_t{1} << 30;  // LRU cap, 1 GiB
@@ -75,6 +87,8 @@ struct CacheOptions {
   std::function<std::string(const std::string& kind, const std::string& target, const char* data,
                             size_t size)>
       check_object;
+  // Makes the linker list(verify = true) links every valid entry with (unset: not linked).
+  std::function<std::unique_ptr<ObjectLinker>()> linker;
 };
 
 // One entry, as `optfuse cache ls` shows it.
@@ -115,10 +129,12 @@ class DiskCache : public ObjectStore {
   void put(const std::string& key, const ObjectInfo& info,
            const std::vector<char>& object) override;
   std::shared_ptr<void> lock(const std::string& key) override;
+  // Removes `key`'s entry, with one warning naming it and `why` (e.g. it did not link).
+  void discard(const std::string& key, const std::string& why) override;
 
   // Every entry, oldest use first, and whatever else sits under an entry's name (a directory, a
-  // FIFO: listed with a problem); `verify` reads and checks each, else reads the metadata
-  // only. An entry in a shard that is not trusted has a problem.
+  // FIFO: listed with a problem); `verify` reads, checks and (with CacheOptions::linker) links
+  // each, else reads the metadata only. An entry in a shard that is not trusted has a problem.
   std::vector<CacheEntry> list(bool verify = false) const;
   CacheStats stats() const;
   // Removes invalid entries (directories in their place included), shards that are not trusted
@@ -145,6 +161,7 @@ class DiskCache : public ObjectStore {
   void evict_locked(const std::string& keep_key);
   std::string entry_path(const std::string& key) const;
   std::vector<CacheEntry> list_locked(bool verify, uint64_t* total_bytes) const;
+  void link_check_locked(std::vector<CacheEntry>* entries) const;
 
   CacheOptions options_;
   std::string root_;  // dir/v1

@@ -257,4 +257,15 @@ std::shared_ptr<void> DiskCache::lock(const std::string& key) {
   return cache::lock_file(cache::locks_of(root_) + "/" + key + ".lock", options_.lock_timeout_s);
 }
 
+void DiskCache::discard(const std::string& key, const std::string& why) {
+  check_key(key);
+  std::lock_guard<std::mutex> lock(mutex_);
+  memory_.erase(key);
+  if (!unusable_.empty()) return;
+  std::string path = entry_path(key);
+  std::error_code ec;
+  if (fs::symlink_status(path, ec).type() != fs::file_type::not_found)
+    reject_locked(path, why, false);
+}
+
 }  // namespace optfuse

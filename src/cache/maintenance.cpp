@@ -87,7 +87,31 @@ std::vector<CacheEntry> DiskCache::list_locked(bool verify, uint64_t* total) con
   std::sort(entries.begin(), entries.end(), [](const CacheEntry& a, const CacheEntry& b) {
     return a.last_used != b.last_used ? a.last_used < b.last_used : a.key < b.key;
   });
+  if (verify && options_.linker) link_check_locked(&entries);
   return entries;
+}
+
+// Every valid entry linked as a load would link it: each target's runtime first, so that its
+// kernels link against the runtime the cache holds.
+void DiskCache::link_check_locked(std::vector<CacheEntry>* entries) const {
+  std::unique_ptr<ObjectLinker> linker = options_.linker();
+  std::vector<CacheEntry*> order;
+  for (CacheEntry& e : *entries)
+    if (e.problem.empty()) order.push_back(&e);
+  std::stable_partition(order.begin(), order.end(),
+                        [](const CacheEntry* e) { return e->kind == "runtime"; });
+  for (CacheEntry* e : order) {
+    std::vector<char> bytes, object;
+    std::string error;
+    cache::Metadata m;
+    cache::ReadOptions read{kMaxEntryBytes, /*prefix=*/false, /*entry=*/true};
+    if (cache::read_file(e->path, &bytes, &error, read) != cache::ReadStatus::kOk) {
+      e->problem = error;  // (changed since it was read)
+      continue;
+    }
+    e->problem = cache::decode(bytes, &m, &object, options_);
+    if (e->problem.empty()) e->problem = linker->link_problem(m.kind, m.target, e->key, object);
+  }
 }
 
 std::vector<CacheEntry> DiskCache::list(bool verify) const {
