@@ -265,7 +265,7 @@ TEST(Cache, WorldWritableDirectoryIsNotUsed) {
   fs::permissions(dir.path(), fs::perms::others_write, fs::perm_options::add);
   Recorded shared(dir.path());
   ASSERT_EQ(shared.warnings->size(), 1u);
-  EXPECT_THAT((*shared.warnings)[0], HasSubstr("writable by every user"));
+  EXPECT_THAT((*shared.warnings)[0], HasSubstr("writable by all users"));
   EXPECT_TRUE(shared.cache->degraded());
   Engine b;
   b.set_object_store(shared.cache);

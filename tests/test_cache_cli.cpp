@@ -3,6 +3,7 @@
 // nothing, maintenance sub-commands and their error messages.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "optfuse/optfuse.hpp"
+#include "support/cache_util.h"
 #include "support/cli.h"
 
 namespace optfuse {
@@ -226,6 +228,10 @@ TEST_F(CacheCli, CrossTargetsIncludingCudaWithoutAGpu) {
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.json()["hits"], 2);
   EXPECT_EQ(r.json()["runtime_hits"], 1);
+  // verify links what this machine can link (the CUDA targets' host code) and finds it sound.
+  Result v = cli({"cache", "verify", "--cache-dir", cache(), "--json"});
+  EXPECT_EQ(v.rc, 0) << v.out << v.err;
+  EXPECT_EQ(v.json()["invalid"], 0);
 }
 
 TEST_F(CacheCli, OtherGpuApisAreReported) {
@@ -271,6 +277,133 @@ TEST_F(CacheCli, HelpOnEveryCommand) {
     EXPECT_EQ(r.rc, 0) << args[0];
     EXPECT_THAT(r.out, HasSubstr("--")) << args[0];
   }
+}
+
+// The path of an entry of `kind` in `ls --json` output of `dir` ("" if none).
+std::string listed_path(const nlohmann::json& ls, const std::string& kind, size_t nth = 0) {
+  for (const auto& e : ls)
+    if (e["kind"] == kind && nth-- == 0) return e["path"];
+  return "";
+}
+
+// Before: verify and prune read a 1 TiB sparse entry into memory and died of std::bad_alloc
+// (exit 134), so prune could never remove it.
+TEST_F(CacheCli, TerabyteSparseEntryIsReportedAndPruned) {
+  ASSERT_EQ(cli({"warmup", "--spec", kTinySpec, "--cache-dir", cache()}).rc, 0);
+  const std::string victim =
+      listed_path(cli({"cache", "ls", "--cache-dir", cache(), "--json"}).json(), "kernel");
+  ASSERT_FALSE(victim.empty());
+  fs::resize_file(victim, uint64_t{1} << 40);
+  Result bad = cli({"cache", "verify", "--cache-dir", cache()});
+  EXPECT_EQ(bad.rc, 1) << bad.err;
+  EXPECT_THAT(bad.out, HasSubstr("INVALID " + victim + ": " + victim +
+                                 " is 1099511627776 bytes, more than the 268435456 bytes allowed"));
+  Result pruned = cli({"cache", "prune", "--cache-dir", cache(), "--json"});
+  EXPECT_EQ(pruned.rc, 0) << pruned.err;
+  EXPECT_EQ(pruned.json()["removed"], 1);
+  EXPECT_FALSE(fs::exists(victim));
+  EXPECT_EQ(cli({"cache", "verify", "--cache-dir", cache()}).rc, 0);
+}
+
+// Before: verify checked checksums only, and another kernel's object under a header with
+// consistent checksums passed ("0 invalid") though no process could load it.
+TEST_F(CacheCli, VerifyReportsAForgedEntryThatDoesNotLink) {
+  ASSERT_EQ(cli({"warmup", "--spec", kTinySpec, "--cache-dir", cache()}).rc, 0);
+  const nlohmann::json ls = cli({"cache", "ls", "--cache-dir", cache(), "--json"}).json();
+  const std::string a = listed_path(ls, "kernel", 0), b = listed_path(ls, "kernel", 1);
+  ASSERT_FALSE(a.empty() || b.empty());
+  testing::Entry forged = testing::read_entry(a);
+  forged.object = testing::read_entry(b).object;
+  testing::write_entry(a, forged);
+  Result v = cli({"cache", "verify", "--cache-dir", cache()});
+  EXPECT_EQ(v.rc, 1) << v.out << v.err;
+  EXPECT_THAT(v.out, HasSubstr("INVALID " + a + ": it does not link"));
+  EXPECT_THAT(v.out, HasSubstr("3 entries checked, 1 invalid"));
+  // prune removes it, and warmup (which compiles, never loads) makes it again.
+  Result pruned = cli({"cache", "prune", "--cache-dir", cache(), "--json"});
+  EXPECT_EQ(pruned.json()["removed"], 1) << pruned.out;
+  ASSERT_EQ(cli({"warmup", "--spec", kTinySpec, "--cache-dir", cache()}).rc, 0);
+  Result again = cli({"cache", "verify", "--cache-dir", cache()});
+  EXPECT_EQ(again.rc, 0) << again.out << again.err;
+}
+
+// Before: `cache stats --cache-dir TYPO` reported an empty cache, exited 0 and created TYPO.
+TEST_F(CacheCli, NoCacheAtTheDirectoryIsAnErrorAndNothingIsCreated) {
+  const std::string typo = dir() + "/typo";
+  for (const char* what : {"ls", "stats", "verify", "prune", "clear"}) {
+    Result r = cli({"cache", what, "--cache-dir", typo});
+    EXPECT_EQ(r.rc, 1) << what << ": " << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("optfuse: error: no cache at " + typo + " (no such directory"))
+        << what;
+    EXPECT_FALSE(fs::exists(typo)) << what;
+  }
+  fs::create_directories(typo);  // a directory, but no cache in it
+  Result r = cli({"cache", "stats", "--cache-dir", typo});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("no cache at " + typo + " (it has no v1/ directory"));
+  EXPECT_FALSE(fs::exists(typo + "/v1"));
+}
+
+// Before: exit status 1, where every other usage error exits 2.
+TEST_F(CacheCli, PruneWithAnUnreadableSizeIsAUsageError) {
+  ASSERT_EQ(cli({"warmup", "--spec", kTinySpec, "--cache-dir", cache()}).rc, 0);
+  Result r = cli({"cache", "prune", "--cache-dir", cache(), "--max-size", "10Q"});
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--max-size: size '10Q' must be a number with an optional unit"));
+  EXPECT_EQ(cli({"cache", "ls", "--cache-dir", cache(), "--json"}).json().size(), 3u);
+}
+
+// Before: clear left every lock file behind. A lock a live process holds stays: its file is its
+// lock, and removing it would let a second compiler in.
+TEST_F(CacheCli, ClearRemovesLockFilesNobodyHolds) {
+  ASSERT_EQ(cli({"warmup", "--spec", kTinySpec, "--cache-dir", cache()}).rc, 0);
+  const std::string locks = cache() + "/v1/locks";
+  ASSERT_FALSE(fs::is_empty(locks));
+  DiskCache mine(engine_cache_options(cache()));
+  auto held = mine.lock("heldkey");
+  ASSERT_TRUE(held);
+  Result r = cli({"cache", "clear", "--cache-dir", cache(), "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.json()["removed"], 3);
+  EXPECT_EQ(r.json()["locks_held"], 1);
+  std::vector<std::string> left;
+  for (const auto& f : fs::directory_iterator(locks)) left.push_back(f.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"heldkey.lock"});
+  held.reset();
+  EXPECT_EQ(cli({"cache", "clear", "--cache-dir", cache(), "--json"}).json()["locks_held"], 0);
+  EXPECT_TRUE(fs::is_empty(locks));
+}
+
+// Before: under umask 000 every process made the cache's directories 0777, refused them as
+// writable by all users and ran memory-only; warmup failed with "nothing can be cached".
+TEST_F(CacheCli, UmaskZeroStillCaches) {
+  const mode_t old = ::umask(0);  // the child inherits it
+  Result r = cli({"warmup", "--spec", kTinySpec, "--cache-dir", cache(), "--json"});
+  ::umask(old);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.json()["not_cached"], 0);
+  EXPECT_EQ(cli({"cache", "ls", "--cache-dir", cache(), "--json"}).json().size(), 3u);
+  for (const auto& d : fs::recursive_directory_iterator(cache()))
+    EXPECT_EQ(fs::status(d.path()).permissions() & fs::perms::others_write, fs::perms::none)
+        << d.path();
+}
+
+// A cache that cannot be used says so once, with the reason and the fix, however many engines
+// the process makes (the demo makes several).
+TEST_F(CacheCli, AnUnusableCacheSaysSoOnceWithTheFix) {
+  fs::create_directories(cache());
+  fs::permissions(cache(), fs::perms::others_write, fs::perm_options::add);
+  Result r = cli({"demo", "--cache-dir", cache(), "--layers", "1", "--d-model", "64", "--vocab",
+                  "256", "--steps", "1", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string warning = "optfuse: warning: kernel cache " + cache() +
+                              " is not used: " + cache() + " is writable by all users (mode 0757)";
+  EXPECT_THAT(r.err, HasSubstr(warning));
+  EXPECT_THAT(r.err, HasSubstr("fix: chmod o-w " + cache()));
+  EXPECT_EQ(r.err.find(warning), r.err.rfind(warning)) << r.err;  // once
+  Result v = cli({"cache", "verify", "--cache-dir", cache()});
+  EXPECT_EQ(v.rc, 1);
+  EXPECT_THAT(v.out, HasSubstr("NOT USED " + cache()));
 }
 
 }  // namespace

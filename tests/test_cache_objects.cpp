@@ -32,38 +32,17 @@ namespace {
 namespace fs = std::filesystem;
 using testing::bytes_of;
 using testing::check_runs;
+using testing::Entry;
 using testing::entry_file;
 using testing::expect_recovers;
 using ::testing::HasSubstr;
 using testing::read_all;
+using testing::read_entry;
 using testing::Recorded;
 using testing::sgd;
 using testing::TempDir;
 using testing::write_all;
-
-// An entry's metadata and object, read through the format's own decoder.
-struct Entry {
-  cache::Metadata m;
-  std::vector<char> object;
-};
-
-Entry read_entry(const std::string& path) {
-  std::string s = read_all(path);
-  Entry e;
-  EXPECT_EQ(cache::decode(std::vector<char>(s.begin(), s.end()), &e.m, &e.object, CacheOptions{}),
-            "")
-      << path;
-  return e;
-}
-
-// Writes `e` with its object's size and checksum and the entry checksum computed anew: what a
-// tool that knows the format writes, so that only the check of the object itself is left.
-void write_entry(const std::string& path, Entry e) {
-  e.m.object_bytes = e.object.size();
-  e.m.object_xxh3 = cache::hash_hex(e.object.data(), e.object.size());
-  std::vector<char> bytes = cache::encode(e.m, e.object);
-  write_all(path, std::string(bytes.begin(), bytes.end()));
-}
+using testing::write_entry;
 
 std::string host_target() { return Engine().target_string(); }
 bool host_is_x86_64() { return host_target().rfind("x86-64-", 0) == 0; }

@@ -5,6 +5,7 @@
 // changes nothing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -499,6 +500,25 @@ TEST(CApi, LastErrorIsPerThread) {
   }).join();
   EXPECT_THAT(theirs, HasSubstr("Invalid learning rate"));
   EXPECT_EQ(last_error(), mine) << "another thread's error overwrote this thread's message";
+}
+
+// A state file far larger than the optimizer's params can fill is an I/O error naming its size,
+// found before anything is read (before: "out of memory", after trying to allocate it all).
+TEST(CApi, LoadingATerabyteStateFileIsAnIoError) {
+  CEngine ce;
+  COptimizer co(ce.e, kConfig);
+  Model m = two_groups(3);
+  ASSERT_EQ(add_groups_c(co.o, m), OPTFUSE_OK) << last_error();
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("optfuse-capi-terabyte-" + std::to_string(::getpid())))
+                         .string();
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  std::filesystem::resize_file(path, uint64_t{1} << 40);
+  EXPECT_EQ(C_CALL(optfuse_optimizer_load(co.o, path.c_str())), OPTFUSE_ERR_IO);
+  EXPECT_THAT(last_error(), HasSubstr("1099511627776 bytes"));
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -48,6 +48,10 @@ TEST_F(Cli, UsageErrorsExitTwoOnEveryCommand) {
            {"explain", "--graph", "a", "--spec", "b"},     //
            {"tune"},                                       // nothing to tune
            {"tune", "--budget", "-1", "--all"},            // out of range
+           {"tune", "--optimizer", "adamm"},               // no such optimizer
+           {"cache", "prune", "--max-size", "10Q"},        // not a size
+           {"warmup", "--spec", kTinySpec, "--target", "x86-64-plan9"},  // not a target
+           {"explain", "--spec", kTinySpec, "--target", "nonsense"},     //
        }) {
     Result r = cli(args);
     std::string line;
@@ -159,6 +163,42 @@ TEST_F(Cli, TuneRefusesToWriteNowhere) {
       {"tune", "--optimizer", "sgd", "--sizes", "4096", "--budget", "1", "--schedules", "none"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, HasSubstr("nowhere to write"));
+}
+
+// Before: "--steps: Value abc not in range 1 to 100000" for a value that is no number at all.
+TEST_F(Cli, NumbersThatAreNotNumbersSaySo) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"demo", "--steps", "abc"}, "--steps: 'abc' is not a number"},
+      {{"demo", "--steps", "2.5"}, "--steps: '2.5' is not a whole number"},
+      {{"demo", "--steps", "0"}, "--steps: 0 is not in the range 1 to 100000"},
+      {{"warmup", "--spec", kTinySpec, "--jobs", "many"}, "--jobs: 'many' is not a number"},
+      {{"tune", "--all", "--min-gain", "2%"}, "--min-gain: '2%' is not a number"},
+      {{"tune", "--all", "--sizes", "1e3x"}, "--sizes: '1e3x' is not a number"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = cli(args);
+    EXPECT_EQ(r.rc, 2) << message;
+    EXPECT_THAT(r.err, HasSubstr(message));
+    EXPECT_THAT(r.err, Not(HasSubstr("not in range")));
+  }
+}
+
+// Before: "<spec>: not valid JSON", with no line or column to look at.
+TEST_F(Cli, MalformedSpecSaysWhere) {
+  const std::string spec = dir() + "/truncated.json";
+  std::ofstream(spec) << "{\n  \"optimizer\": {\"type\": \"sgd\"},\n  \"parameters\": [\n"
+                         "    {\"name\": \"w\", \"shape\": [2, 2]},\n";
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"warmup", "--spec", spec, "--cache-dir", cache()}, {"explain", "--spec", spec}}) {
+    Result r = cli(args);
+    EXPECT_EQ(r.rc, 1) << args[0];
+    EXPECT_THAT(r.err, HasSubstr(spec + ":5:1: not valid JSON: syntax error while parsing value - "
+                                        "unexpected end of input"))
+        << args[0];
+  }
+  std::ofstream(spec) << "{\"optimizer\": {\"type\": \"sgd\"},\n  \"parameters\": [}\n";
+  Result r = cli({"warmup", "--spec", spec, "--cache-dir", cache()});
+  EXPECT_THAT(r.err, HasSubstr(spec + ":2:18: not valid JSON: syntax error"));
 }
 
 }  // namespace

@@ -286,6 +286,19 @@ TEST_F(CorruptState, ADirectoryOrAFifoIsAnIoErrorNeverAHang) {
   expect_unharmed();
 }
 
+// Before: the reader allocated the file's size first: 1 TiB ended the process with an uncaught
+// std::bad_alloc (through the C API: "out of memory"). The size is checked against what this
+// optimizer's params can fill before anything is allocated.
+TEST_F(CorruptState, ATerabyteFileIsRefusedFromItsSize) {
+  std::string path = write("");
+  std::filesystem::resize_file(path, uint64_t{1} << 40);
+  EXPECT_THAT(rejected(path), HasSubstr(path + " is 1099511627776 bytes, more than the "));
+  // A file a little too large for these params is refused the same way.
+  std::filesystem::resize_file(path, uint64_t{64} << 20);
+  EXPECT_THAT(rejected(path), HasSubstr(" bytes allowed (the most a state file of this "));
+  expect_unharmed();
+}
+
 TEST_F(CorruptState, WrongOptimizerType) {
   Model m = Model::make(kSizes, 31);
   auto sgd = Optimizer::create(engine(), {{"type", "sgd"}, {"momentum", 0.9}});

@@ -18,6 +18,7 @@
 #include "support/gen.h"
 #include "support/run_kernel.h"
 #include "support/scoped_env.h"
+#include "tune/measure.h"
 
 namespace optfuse {
 namespace {
@@ -407,6 +408,44 @@ TEST(Tune, TinyRunReturnsAValidScheduleForEachGraphAndSize) {
   ScheduleDb db(r.target);
   for (const auto& t : r.best) db.put(t);
   EXPECT_EQ(ScheduleDb::parse(db.text(), "tuned").text(), db.text());
+}
+
+// Ratios the test gives the search (tune/measure.h): every candidate at `found`, the winner's
+// confirmation at `confirmed`.
+class FixedRatios {
+ public:
+  FixedRatios(double found, double confirmed)
+      : old_(tune_detail::set_pair_measure(
+            [=](const Kernel&, const Kernel&, const tune_detail::Workload&, int min_pairs, double) {
+              const double ratio = min_pairs >= 5 ? confirmed : found;  // (confirmation: 5 pairs)
+              return tune_detail::PairedResult{ratio, 1e-3, 1e-3 / ratio, min_pairs};
+            })) {}
+  ~FixedRatios() { tune_detail::set_pair_measure(old_); }
+
+ private:
+  tune_detail::PairMeasure old_;
+};
+
+// Before: the confirmation asked only for half of min_gain, so a winner re-measured at 1.016x
+// was written under --min-gain 0.02.
+TEST(Tune, NothingBelowMinGainIsKept) {
+  TuneOptions o;
+  o.budget_seconds = 0.2;  // one or two candidates
+  o.sizes = {4096};
+  o.min_gain = 0.02;
+  const Schedule def = testing::shared_engine().kernel(sgd_graph())->schedule();
+  {
+    FixedRatios ratios(1.05, 1.016);
+    TuneReport r = tune({sgd_graph()}, o);
+    ASSERT_EQ(r.best.size(), 1u);
+    EXPECT_TRUE(r.best[0].schedule == def) << r.best[0].schedule.str();
+    EXPECT_EQ(r.best[0].ratio, 1.0);
+  }
+  FixedRatios ratios(1.05, 1.03);  // confirmed above min_gain: kept
+  TuneReport r = tune({sgd_graph()}, o);
+  ASSERT_EQ(r.best.size(), 1u);
+  EXPECT_FALSE(r.best[0].schedule == def) << r.best[0].schedule.str();
+  EXPECT_DOUBLE_EQ(r.best[0].ratio, 1.03);
 }
 
 // Every committed database (schedules/*.json) parses and is byte-for-byte in the form the tuner

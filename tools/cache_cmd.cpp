@@ -2,13 +2,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "optfuse/cache.h"
 #include "optfuse/engine.h"
 #include "tools/commands.h"
+#include "tools/validators.h"
 
 namespace optfuse::tools {
 namespace {
@@ -23,10 +26,21 @@ std::string resolved_dir(const CacheCmdOptions& o) {
   return o.dir.empty() ? default_cache_dir() : o.dir;
 }
 
-DiskCache open_cache(const CacheCmdOptions& o, bool quiet) {
-  CacheOptions co = engine_cache_options(resolved_dir(o));  // verify checks what a load would
+// The cache at the resolved directory, opened as it is: these commands create nothing, so a
+// mistyped --cache-dir is an error, not an empty cache made there. Its warnings (a directory of
+// its tree not trusted) go to stderr.
+DiskCache open_cache(const CacheCmdOptions& o) {
+  const std::string dir = resolved_dir(o);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir + "/v1", ec))
+    throw Error(
+        "no cache at " + dir + " (" +
+        (std::filesystem::exists(dir, ec) ? "it has no v1/ directory" : "no such directory") +
+        "; a cache is made by the first program that compiles a kernel into it, or by "
+        "optfuse warmup)");
+  CacheOptions co = engine_cache_options(dir);  // verify checks what a load would
   co.max_bytes = parse_size(o.max_size);
-  if (quiet) co.warn = [](const std::string&) {};
+  co.create = false;
   return DiskCache(co);
 }
 
@@ -80,70 +94,87 @@ void print_entries(const std::vector<CacheEntry>& entries, bool json) {
   }
 }
 
-int run(const std::string& what, const CacheCmdOptions& o) {
-  if (what == "ls") {
-    print_entries(open_cache(o, true).list(false), o.json);
-    return 0;
+int run_ls(const CacheCmdOptions& o) {
+  print_entries(open_cache(o).list(false), o.json);
+  return 0;
+}
+
+int run_stats(const CacheCmdOptions& o) {
+  DiskCache cache = open_cache(o);
+  CacheStats s = cache.stats();
+  if (o.json) {
+    std::cout << nlohmann::json{{"dir", s.dir},
+                                {"entries", s.entries},
+                                {"bytes", s.bytes},
+                                {"max_bytes", s.max_bytes},
+                                {"kernels", s.kernels},
+                                {"runtimes", s.runtimes},
+                                {"used", cache.unusable().empty()}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::printf(
+        "cache     %s%s\nentries   %llu (%llu kernels, %llu runtimes)\nsize      %.2f MiB of "
+        "%.0f MiB\n",
+        s.dir.c_str(), cache.unusable().empty() ? "" : " (NOT USED: see the warning above)",
+        static_cast<unsigned long long>(s.entries), static_cast<unsigned long long>(s.kernels),
+        static_cast<unsigned long long>(s.runtimes), s.bytes / 1048576.0, s.max_bytes / 1048576.0);
   }
-  if (what == "stats") {
-    CacheStats s = open_cache(o, true).stats();
-    if (o.json) {
-      std::cout << nlohmann::json{{"dir", s.dir},         {"entries", s.entries},
-                                  {"bytes", s.bytes},     {"max_bytes", s.max_bytes},
-                                  {"kernels", s.kernels}, {"runtimes", s.runtimes}}
-                       .dump(2)
-                << "\n";
-    } else {
-      std::printf(
-          "cache     %s\nentries   %llu (%llu kernels, %llu runtimes)\nsize      %.2f MiB of %.0f "
-          "MiB\n",
-          s.dir.c_str(), static_cast<unsigned long long>(s.entries),
-          static_cast<unsigned long long>(s.kernels), static_cast<unsigned long long>(s.runtimes),
-          s.bytes / 1048576.0, s.max_bytes / 1048576.0);
-    }
-    return 0;
+  return 0;
+}
+
+// Exit status 1 if any entry is invalid (unreadable, corrupt, not linking, not trusted) or the
+// cache as a whole is not used.
+int run_verify(const CacheCmdOptions& o) {
+  DiskCache cache = open_cache(o);
+  std::vector<CacheEntry> all = cache.list(true), bad;
+  for (const auto& e : all)
+    if (!e.problem.empty()) bad.push_back(e);
+  const std::string unusable = cache.unusable();
+  if (o.json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& e : bad) list.push_back(to_json(e));
+    nlohmann::json j = {{"dir", resolved_dir(o)},
+                        {"entries", all.size()},
+                        {"invalid", bad.size()},
+                        {"problems", list}};
+    if (!unusable.empty()) j["not_used"] = unusable;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    if (!unusable.empty())
+      std::printf("NOT USED %s: %s\n", resolved_dir(o).c_str(), unusable.c_str());
+    for (const auto& e : bad) std::printf("INVALID %s: %s\n", e.path.c_str(), e.problem.c_str());
+    std::printf("%zu entries checked, %zu invalid\n", all.size(), bad.size());
   }
-  if (what == "verify") {
-    std::vector<CacheEntry> all = open_cache(o, true).list(true), bad;
-    for (const auto& e : all)
-      if (!e.problem.empty()) bad.push_back(e);
-    if (o.json) {
-      nlohmann::json list = nlohmann::json::array();
-      for (const auto& e : bad) list.push_back(to_json(e));
-      std::cout << nlohmann::json{{"dir", resolved_dir(o)},
-                                  {"entries", all.size()},
-                                  {"invalid", bad.size()},
-                                  {"problems", list}}
-                       .dump(2)
-                << "\n";
-    } else {
-      for (const auto& e : bad) std::printf("INVALID %s: %s\n", e.path.c_str(), e.problem.c_str());
-      std::printf("%zu entries checked, %zu invalid\n", all.size(), bad.size());
-    }
-    return bad.empty() ? 0 : 1;
+  return bad.empty() && unusable.empty() ? 0 : 1;
+}
+
+int run_prune(const CacheCmdOptions& o) {
+  DiskCache cache = open_cache(o);
+  std::vector<CacheEntry> removed = cache.prune(parse_size(o.max_size));
+  if (o.json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& e : removed) list.push_back(to_json(e));
+    std::cout << nlohmann::json{{"removed", removed.size()}, {"entries", list}}.dump(2) << "\n";
+  } else {
+    for (const auto& e : removed)
+      std::printf("removed %s%s%s\n", e.path.c_str(), e.problem.empty() ? "" : ": ",
+                  e.problem.c_str());
+    std::printf("%zu removed\n", removed.size());
   }
-  if (what == "prune") {
-    DiskCache cache = open_cache(o, true);
-    std::vector<CacheEntry> removed = cache.prune(parse_size(o.max_size));
-    if (o.json) {
-      nlohmann::json list = nlohmann::json::array();
-      for (const auto& e : removed) list.push_back(to_json(e));
-      std::cout << nlohmann::json{{"removed", removed.size()}, {"entries", list}}.dump(2) << "\n";
-    } else {
-      for (const auto& e : removed)
-        std::printf("removed %s%s%s\n", e.path.c_str(), e.problem.empty() ? "" : ": ",
-                    e.problem.c_str());
-      std::printf("%zu removed\n", removed.size());
-    }
-    return 0;
-  }
-  DiskCache cache = open_cache(o, true);  // clear
+  return 0;
+}
+
+int run_clear(const CacheCmdOptions& o) {
+  DiskCache cache = open_cache(o);
   size_t n = cache.list(false).size();
-  cache.clear();
-  if (o.json)
-    std::cout << nlohmann::json{{"removed", n}}.dump(2) << "\n";
-  else
+  size_t locks_held = cache.clear();
+  if (o.json) {
+    std::cout << nlohmann::json{{"removed", n}, {"locks_held", locks_held}}.dump(2) << "\n";
+  } else {
     std::printf("%zu entries removed from %s\n", n, resolved_dir(o).c_str());
+    if (locks_held) std::printf("%zu lock files kept: running processes hold them\n", locks_held);
+  }
   return 0;
 }
 
@@ -155,11 +186,15 @@ void add_cache_command(CLI::App& app) {
   const std::vector<std::pair<std::string, std::string>> commands = {
       {"ls", "List entries, least recently used first"},
       {"stats", "Number of entries and size"},
-      {"verify", "Read and check every entry (exit status 1 if any is invalid)"},
+      {"verify",
+       "Read, check and link every entry (exit status 1 if any is invalid or the cache is not "
+       "used)"},
       {"prune",
        "Remove invalid entries and stale temporary files, then evict least recently "
        "used entries until the cache fits --max-size"},
-      {"clear", "Remove every entry"}};
+      {"clear",
+       "Remove every entry, temporary file and lock file (a lock a running process "
+       "holds is kept)"}};
   for (const auto& [name, help] : commands) {
     auto o = std::make_shared<CacheCmdOptions>();
     CLI::App* cmd = cache->add_subcommand(name, help);
@@ -168,11 +203,16 @@ void add_cache_command(CLI::App& app) {
                     "~/.cache/optfuse)");
     if (name == "prune")
       cmd->add_option("--max-size", o->max_size, "size cap, e.g. 512M or 1G")
+          ->check(size_text())
           ->capture_default_str();
     cmd->add_flag("--json", o->json, "machine-readable output");
-    std::string what = name;
-    cmd->callback([o, what] {
-      int rc = run(what, *o);
+    const std::map<std::string, int (*)(const CacheCmdOptions&)> runs = {{"ls", run_ls},
+                                                                         {"stats", run_stats},
+                                                                         {"verify", run_verify},
+                                                                         {"prune", run_prune},
+                                                                         {"clear", run_clear}};
+    cmd->callback([o, run = runs.at(name)] {
+      int rc = run(*o);
       if (rc != 0) throw CLI::RuntimeError(rc);
     });
   }

@@ -22,6 +22,7 @@
 #include "tools/commands.h"
 #include "tools/schedules_option.h"
 #include "tools/unfused.h"
+#include "tools/validators.h"
 
 namespace optfuse::tools {
 namespace {
@@ -426,21 +427,23 @@ void add_demo_command(CLI::App& app) {
                                      "Run optimizer steps (AdamW by default) on a built-in "
                                      "~100M-parameter transformer layout and report speed");
   cmd->add_option("--steps", o->steps, "timed steps after the first")
-      ->check(CLI::Range(1, 100000))
+      ->check(whole_number_in(1, 100000))
       ->capture_default_str();
   cmd->add_option("--layers", o->layers, "transformer layers")
-      ->check(CLI::Range(0, 1000))
+      ->check(whole_number_in(0, 1000))
       ->capture_default_str();
   cmd->add_option("--d-model", o->d_model, "model width")
-      ->check(CLI::Range(1, 65536))
+      ->check(whole_number_in(1, 65536))
       ->capture_default_str();
   cmd->add_option("--vocab", o->vocab, "vocabulary size")
-      ->check(CLI::Range(1, 10000000))
+      ->check(whole_number_in(1, 10000000))
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "worker threads (0 = all cores)")
-      ->check(CLI::Range(0, 1024))
+      ->check(whole_number_in(0, 1024))
       ->capture_default_str();
-  cmd->add_option("--target", o->target, "Halide target string")->capture_default_str();
+  cmd->add_option("--target", o->target, "Halide target string")
+      ->check(target_list())
+      ->capture_default_str();
   cmd->add_option("--cache-dir", o->cache_dir,
                   "kernel cache directory (default: $OPTFUSE_CACHE_DIR, $XDG_CACHE_HOME/optfuse, "
                   "~/.cache/optfuse)");

@@ -18,6 +18,7 @@
 #include "tools/commands.h"
 #include "tools/schedules_option.h"
 #include "tools/spec.h"
+#include "tools/validators.h"
 
 namespace optfuse::tools {
 namespace {
@@ -218,6 +219,7 @@ void add_explain_command(CLI::App& app) {
                    ->check(CLI::ExistingFile);
   graph->excludes(spec);
   cmd->add_option("--target", o->target, "Halide target for keys and statements")
+      ->check(target_list())
       ->capture_default_str();
   cmd->add_flag("--stmt", o->stmt, "also print each kernel's lowered Halide statement");
   cmd->add_flag("--json", o->json, "print everything as one JSON document");

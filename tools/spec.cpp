@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -50,13 +51,33 @@ ModelSpec::Param read_param(const std::string& path, const nlohmann::json& j, si
   return p;
 }
 
+// `text` parsed as JSON; Error "<path>:<line>:<column>: not valid JSON: <what>" otherwise, the
+// position counted from the parser's byte offset (1-based, as editors count).
+nlohmann::json parse_json_file(const std::string& path, const std::string& text) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    const size_t at = std::min(e.byte > 0 ? e.byte - 1 : 0, text.size());
+    const size_t line = 1 + std::count(text.begin(), text.begin() + at, '\n');
+    const size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
+    const size_t column = line_start == std::string::npos || at == 0 ? at + 1 : at - line_start;
+    // nlohmann's text after its "[json.exception...] parse error at ...:" prefix, without the
+    // bytes it last read (they need not be UTF-8).
+    std::string what = e.what();
+    if (size_t colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
+    if (size_t last = what.find("; last read"); last != std::string::npos) what.resize(last);
+    throw Error(path + ":" + std::to_string(line) + ":" + std::to_string(column) +
+                ": not valid JSON: " + what);
+  }
+}
+
 }  // namespace
 
 ModelSpec load_spec(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open the spec file");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) bad(path, "not valid JSON");
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  nlohmann::json j = parse_json_file(path, text);
   if (!j.is_object()) bad(path, "the spec must be a JSON object");
   ModelSpec s;
   s.path = path;

@@ -12,6 +12,7 @@
 #include "optfuse/optfuse.hpp"
 #include "tools/commands.h"
 #include "tools/spec.h"
+#include "tools/validators.h"
 
 namespace optfuse::tools {
 namespace {
@@ -155,24 +156,26 @@ void add_tune_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--optimizer", o->optimizers,
                   "an optimizer name (adamw, sgd, ...) or a JSON config such as "
-                  "'{\"type\":\"sgd\",\"momentum\":0.9}' (repeatable)");
+                  "'{\"type\":\"sgd\",\"momentum\":0.9}' (repeatable)")
+      ->check(optimizer_config());
   cmd->add_flag("--all", o->all, "every library optimizer with its default options");
   cmd->add_option("--target", o->target, "Halide target (CPU targets only are searched)")
+      ->check(target_list())
       ->capture_default_str();
   cmd->add_option("--budget", o->budget, "seconds for the whole search, compiles included")
-      ->check(CLI::Range(0.0, 1e6))
+      ->check(number_in(0.0, 1e6))
       ->capture_default_str();
   cmd->add_option("--sizes", o->sizes,
                   "elements per tensor to tune at (default: 2^20, cache-"
                   "resident, and 2^26, far past the last-level cache)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 34));
+      ->check(whole_number_in(1, int64_t(1) << 34));
   cmd->add_option("--min-gain", o->min_gain,
                   "how much faster (paired median) a schedule must "
                   "be to replace the default")
-      ->check(CLI::Range(0.0, 10.0))
+      ->check(number_in(0.0, 10.0))
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "worker threads (0 = all cores)")
-      ->check(CLI::Range(0, 1024))
+      ->check(whole_number_in(0, 1024))
       ->capture_default_str();
   cmd->add_option("--schedules,--db", o->db,
                   "database file or directory to merge the results into (default: "

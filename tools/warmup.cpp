@@ -17,6 +17,7 @@
 #include "tools/commands.h"
 #include "tools/schedules_option.h"
 #include "tools/spec.h"
+#include "tools/validators.h"
 
 namespace optfuse::tools {
 namespace {
@@ -251,12 +252,13 @@ void add_warmup_command(CLI::App& app) {
          "--target", o->targets,
          "Halide target(s), comma-separated, e.g. host,x86-64-linux-avx2,arm-64-linux,host-cuda "
          "(no GPU needed to compile for CUDA)")
+      ->check(target_list())
       ->capture_default_str();
   cmd->add_option("--cache-dir", o->cache_dir,
                   "cache directory (default: $OPTFUSE_CACHE_DIR, $XDG_CACHE_HOME/optfuse, "
                   "~/.cache/optfuse)");
   cmd->add_option("--jobs", o->jobs, "objects compiled at once (0 = one per core)")
-      ->check(CLI::Range(0, 256))
+      ->check(whole_number_in(0, 256))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON report (progress goes to stderr)");
   add_schedules_option(cmd, &o->schedules);

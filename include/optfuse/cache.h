@@ -19,8 +19,14 @@
 //   Nothing read from the cache can crash the process.
 // - A directory that cannot be created or written (read-only, disk full) degrades this cache to
 //   memory with one warning; reads from a read-only directory still work.
-// - A directory every user can write to, or one owned by another user (root excepted), is not
-//   used at all, with one warning: its entries are native code this process would run.
+// - Every level of the tree is checked before it is used (cache/README.md, "Trust"): the
+//   directory, `v1/` and `v1/locks/` when the cache is opened, a shard `v1/<k0k1>/` before an
+//   entry in it is read or written, an entry file when it is read. A directory writable by all
+//   users, or one owned by another user (root excepted), is not used, with one warning that says
+//   why and what fixes it: its entries are native code this process would run. An entry file
+//   that is a symlink, owned by another user or writable by all is an invalid entry.
+// - Sizes are checked before anything is allocated: a file larger than kMaxEntryBytes is an
+//   invalid entry, whatever it holds.
 // - lock(key) takes an flock on `<dir>/v1/locks/<key>.lock` (waiting at most lock_timeout_s): a
 //   dead holder's lock is released by the kernel, so there is never a deadlock.
 // - The total size is kept under max_bytes by evicting least-recently-used entries (a hit touches
@@ -28,7 +34,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,10 +51,31 @@ std::string default_cache_dir();
 // "1G", "512M", "64k", "1000" (bytes) -> bytes; throws Error naming `text` otherwise.
 uint64_t parse_size(const std::string& text);
 
+// The largest entry file read: a kernel object is kilobytes, a runtime a few megabytes.
+inline constexpr uint64_t kMaxEntryBytes = uint64_t{256} << 20;
+// A temporary file older than this belongs to a writer that died (a write takes well under a
+// second); prune() and clear() remove such files.
+inline constexpr double kStaleTemporarySeconds = 600;
+
+// Links objects as loading them would, in a JIT thrown away afterwards: what `optfuse cache
+// verify` asks of every entry beyond its checksums (CacheOptions::linker).
+class ObjectLinker {
+ public:
+  virtual ~ObjectLinker() = default;
+  // What is wrong with `object`, the entry `key` of `kind` for `target`, once linked ("" if
+  // nothing, or if it cannot be linked in this process: another machine's code). A kernel links
+  // against the runtime last checked for its target, else one compiled for it.
+  virtual std::string link_problem(const std::string& kind, const std::string& target,
+                                   const std::string& key, const std::vector<char>& object) = 0;
+};
+
 struct CacheOptions {
   std::string dir;                         // required
   uint64_t max_bytes = uint64_t{1} << 30;  // LRU cap, 1 GiB
   double lock_timeout_s = 120;             // how long lock() waits for another compiler
+  // Create the directories when missing. false: open an existing cache only (listing and
+  // maintenance: `optfuse cache` never creates a directory it was pointed at by mistake).
+  bool create = true;
   // Receives each warning (default: "optfuse: warning: ..." on stderr).
   std::function<void(const std::string&)> warn;
   // What makes an entry usable by this process, from the compiler's side (the cache knows nothing
@@ -58,6 +87,8 @@ struct CacheOptions {
   std::function<std::string(const std::string& kind, const std::string& target, const char* data,
                             size_t size)>
       check_object;
+  // Makes the linker list(verify = true) links every valid entry with (unset: not linked).
+  std::function<std::unique_ptr<ObjectLinker>()> linker;
 };
 
 // One entry, as `optfuse cache ls` shows it.
@@ -98,29 +129,46 @@ class DiskCache : public ObjectStore {
   void put(const std::string& key, const ObjectInfo& info,
            const std::vector<char>& object) override;
   std::shared_ptr<void> lock(const std::string& key) override;
+  // Removes `key`'s entry, with one warning naming it and `why` (e.g. it did not link).
+  void discard(const std::string& key, const std::string& why) override;
 
-  // Every entry file, oldest use first; `verify` reads and checks each (else metadata only).
+  // Every entry, oldest use first, and whatever else sits under an entry's name (a directory, a
+  // FIFO: listed with a problem); `verify` reads, checks and (with CacheOptions::linker) links
+  // each, else reads the metadata only. An entry in a shard that is not trusted has a problem.
   std::vector<CacheEntry> list(bool verify = false) const;
   CacheStats stats() const;
-  // Removes invalid entries and stray temporary files, then evicts LRU entries until the total is
-  // at most `max_bytes`. Returns the entries removed.
+  // Removes invalid entries (directories in their place included), shards that are not trusted
+  // and temporary files older than kStaleTemporarySeconds, then evicts LRU entries until the
+  // total is at most `max_bytes`. Returns what it removed.
   std::vector<CacheEntry> prune(uint64_t max_bytes);
-  void clear();  // removes every entry, lock and temporary file
+  // Removes every entry, temporary file and lock file; a lock a running process holds is left
+  // (its file is its lock). Returns the number of lock files left.
+  size_t clear();
 
   const std::string& dir() const { return options_.dir; }
   bool degraded() const;
+  // Why this cache is not used at all, and the fix ("" when it is used): a directory of its tree
+  // is writable by all users or owned by another user.
+  std::string unusable() const;
 
  private:
   void warn(const std::string& message) const;
   void degrade(const std::string& why);
+  void check_trust();
+  bool shard_trusted_locked(const std::string& shard);
+  bool read_locked(const std::string& key, const ObjectInfo& info, std::vector<char>* object);
+  void reject_locked(const std::string& path, const std::string& problem, bool quietly);
+  void evict_locked(const std::string& keep_key);
   std::string entry_path(const std::string& key) const;
   std::vector<CacheEntry> list_locked(bool verify, uint64_t* total_bytes) const;
+  void link_check_locked(std::vector<CacheEntry>* entries) const;
 
   CacheOptions options_;
   std::string root_;  // dir/v1
   mutable std::mutex mutex_;
   bool degraded_ = false;
-  bool untrusted_ = false;  // writable by other users: neither read nor written
+  std::string unusable_;                    // why no level of the tree is used ("" when it is)
+  std::set<std::string> untrusted_shards_;  // warned about once each
   std::map<std::string, std::vector<char>> memory_;  // used once degraded
   mutable CacheStats counters_;
 };

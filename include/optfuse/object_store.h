@@ -22,7 +22,8 @@ struct ObjectInfo {
 // nothing; after a compile, store it. An engine uses a DiskCache (cache.h) unless it is given
 // another (EngineOptions::object_store, Engine::set_object_store) or is memory-only. A
 // returned object this process cannot load (not an ELF relocatable object for its machine) is
-// never handed to the JIT: the engine treats it as a miss, compiles and put()s the object again.
+// never handed to the JIT, and one the JIT cannot link (a symbol it lacks or cannot resolve) is
+// discard()ed: either way the engine treats it as a miss, compiles and put()s the object again.
 class ObjectStore {
  public:
   virtual ~ObjectStore() = default;
@@ -39,6 +40,9 @@ class ObjectStore {
   // Held (until the returned handle is released) while `key` is compiled, so that other
   // processes sharing the store wait for it instead of compiling it again. Default: no lock.
   virtual std::shared_ptr<void> lock(const std::string& key) { return nullptr; }
+  // The object get() returned for `key` could not be used (it did not link: `why`); the engine
+  // compiles and put()s it again. A store should drop it. Default: nothing (put() replaces it).
+  virtual void discard(const std::string& key, const std::string& why) {}
 };
 
 // A stable text of a signature (names, roles, dtypes in canonical order), checked by stores.

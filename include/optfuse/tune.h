@@ -6,7 +6,8 @@
 // The search, per graph and size: start from the default schedule and vary one dimension at a
 // time (vector width, unroll, task split, prefetch distances; see schedule_space), keeping a value
 // only if it beats the best so far by `min_gain`; then re-measure the winner against the default
-// with twice the pairs and keep it only if it still wins. Every measurement is PAIRED: default and
+// with twice the pairs and keep it only if it still wins by `min_gain`: no schedule is reported
+// (or written) whose confirmed gain is below it. Every measurement is PAIRED: default and
 // candidate are called alternately on the same buffers (order swapped every pair) and the figure is
 // the median of the per-pair time ratios, so load changes on a busy machine cancel out.
 #include <cstdint>
@@ -49,7 +50,8 @@ struct TuneOptions {
   int threads = 0;             // 0 = hardware concurrency
   double budget_seconds = 60;  // for everything, compiles included
   std::vector<int64_t> sizes = {int64_t(1) << 20, int64_t(1) << 26};  // elements per tensor
-  double min_gain = 0.02;  // a candidate must be this much faster (paired median) to be kept
+  double min_gain = 0.02;  // a candidate must be this much faster (paired median) to be kept,
+                           // when found and again when confirmed
   std::string cache_dir;   // compile cache for candidate kernels ("" = memory only)
   std::function<void(const std::string&)> progress;  // one line per measurement (may be empty)
 };

@@ -139,4 +139,17 @@ std::string decode(const std::vector<char>& bytes, Metadata* m, std::vector<char
   return "";
 }
 
+std::string mismatch(const Metadata& m, const std::string& key, const ObjectInfo* info) {
+  if (m.key != key) return "it holds key " + m.key + " (a misplaced or swapped file)";
+  if (!info) return "";
+  if (!info->kind.empty() && m.kind != info->kind)
+    return "it holds a " + m.kind + ", expected a " + info->kind;
+  if (!info->target.empty() && m.target != info->target)
+    return "it is for target " + m.target + ", expected " + info->target;
+  if (!info->signature.empty() &&
+      m.signature_xxh3 != hash_hex(info->signature.data(), info->signature.size()))
+    return "its kernel signature does not match the kernel's";
+  return "";
+}
+
 }  // namespace optfuse::cache

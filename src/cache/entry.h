@@ -45,4 +45,8 @@ std::string decode(const std::vector<char>& bytes, Metadata* m, std::vector<char
                    const CacheOptions& expect, bool check_object_bytes = true,
                    bool* older_format = nullptr);
 
+// What is wrong with decoded entry `m` read for `key` and, when given, `info` ("" if nothing):
+// another key (a misplaced or swapped file), kind, target or signature.
+std::string mismatch(const Metadata& m, const std::string& key, const ObjectInfo* info);
+
 }  // namespace optfuse::cache

@@ -11,6 +11,8 @@
 #include "engine/composite.h"
 #include "engine/kernel_impl.h"
 #include "engine/key.h"
+#include "engine/object_linker.h"
+#include "engine/runtime_object.h"
 #include "jit/cuda_driver.h"
 #include "jit/halide_bridge.h"
 #include "jit/jit.h"
@@ -28,6 +30,7 @@ namespace {
 using engine_detail::CompositeKernel;
 using engine_detail::CompositeStep;
 using engine_detail::KernelImpl;
+using engine_detail::runtime_object;
 
 class Stopwatch {
  public:
@@ -38,20 +41,6 @@ class Stopwatch {
  private:
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
-
-// The Halide runtime object for `target`, compiled at most once per target per process (~0.8 s)
-// and shared by every engine; each engine loads its own copy into its own JIT (~5 ms). The lock
-// is held while compiling, so concurrent engines wait, not repeat. `*compiled` says whether this
-// call compiled it.
-std::shared_ptr<const std::vector<char>> runtime_object(const std::string& target, bool* compiled) {
-  static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<const std::vector<char>>> objects;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<const std::vector<char>>& slot = objects[target];
-  *compiled = !slot;
-  if (!slot) slot = std::make_shared<const std::vector<char>>(jit::compile_runtime_object(target));
-  return slot;
-}
 
 // A kernel cluster lowering can compile. The partitioner cuts a whole-tensor reduction from the
 // per-row reductions of its consumers, not from those of its own operand; such a cluster would
@@ -166,34 +155,61 @@ struct Engine::Impl {
       return obj;
     }
     *found = false;
+    return compiled_and_stored(key, info, compile);
+  }
+
+  template <typename Compile>
+  std::vector<char> compiled_and_stored(const std::string& key, const ObjectInfo& info,
+                                        Compile&& compile) {
     Stopwatch watch;
-    obj = compile();
+    std::vector<char> obj = compile();
     counters.compile_seconds += watch.seconds();
     if (store) store->put(key, info, obj);
     return obj;
+  }
+
+  // `key`'s object (object(), loading) given to `load`, whose result is returned. A stored object
+  // that passed every check yet does not link (a forgery with consistent checksums, a symbol
+  // nowhere) is no hit: the store discards it, and it is compiled, stored and loaded instead.
+  template <typename Compile, typename Load>
+  auto loaded(const std::string& key, const ObjectInfo& info, Compile&& compile, Load&& load) {
+    bool found = false;
+    std::vector<char> obj = object(key, info, compile, &found, /*loading=*/true);
+    if (!found) return load(obj);
+    try {
+      return load(obj);
+    } catch (const jit::LinkError& e) {
+      store->discard(key, std::string("it does not link: ") + e.what());
+      --counters.disk_hits;
+    }
+    return load(compiled_and_stored(key, info, compile));
   }
 
   ObjectInfo runtime_info() const {
     return {"runtime", "halide-runtime", target, "halide-runtime"};
   }
 
+  // Compiles `target`'s runtime (once per process) for the store.
+  std::vector<char> compile_runtime() {
+    bool compiled = false;
+    auto obj = runtime_object(target, &compiled);
+    if (compiled) ++counters.runtime_compiles;
+    return *obj;
+  }
+
   std::vector<char> runtime_locked(bool* found, bool loading) {
     return object(
-        engine_detail::runtime_key(target), runtime_info(),
-        [&] {
-          bool compiled = false;
-          auto obj = runtime_object(target, &compiled);
-          if (compiled) ++counters.runtime_compiles;
-          return *obj;
-        },
+        engine_detail::runtime_key(target), runtime_info(), [&] { return compile_runtime(); },
         found, loading);
   }
 
   jit::Session& session_locked() {
     if (session) return *session;
-    bool found = false;
-    std::vector<char> runtime = runtime_locked(&found, /*loading=*/true);
-    session = jit::Session::create(runtime, num_threads, jit::target_uses_cuda(target));
+    session = loaded(
+        engine_detail::runtime_key(target), runtime_info(), [&] { return compile_runtime(); },
+        [&](const std::vector<char>& runtime) {
+          return jit::Session::create(runtime, num_threads, jit::target_uses_cuda(target));
+        });
     return *session;
   }
 
@@ -207,6 +223,7 @@ CacheOptions engine_cache_options(const std::string& dir) {
   co.dir = dir;
   co.toolchain = jit::toolchain_version();
   co.check_object = jit::object_problem;
+  co.linker = engine_detail::make_object_linker;
   return co;
 }
 
@@ -315,8 +332,7 @@ std::shared_ptr<const Kernel> Engine::Impl::compiled_locked(const Graph& canonic
   std::string fn_name = "optfuse_" + key;
   KernelSignature sig = lower::signature(canonical);
   ObjectInfo info{"kernel", name, target, signature_text(sig)};
-  bool found = false;
-  std::vector<char> obj = object(
+  jit::ArgvFn fn = loaded(
       key, info,
       [&] {
         std::vector<char> compiled =
@@ -324,10 +340,9 @@ std::shared_ptr<const Kernel> Engine::Impl::compiled_locked(const Graph& canonic
         ++counters.compiles;
         return compiled;
       },
-      &found, /*loading=*/true);
-  // After the kernel compiled: a graph or target that cannot be lowered fails before the ~0.8 s
-  // runtime compile.
-  jit::ArgvFn fn = session_locked().load_kernel(obj, fn_name);
+      // After the kernel compiled: a graph or target that cannot be lowered fails before the
+      // ~0.8 s runtime compile.
+      [&](const std::vector<char>& obj) { return session_locked().load_kernel(obj, fn_name); });
   auto kernel =
       std::make_shared<KernelImpl>(std::move(sig), key, name, resolved, session, fn,
                                    session->cuda_device_interface(), options.cuda_context);

@@ -39,6 +39,11 @@ void initialize_llvm_once() {
 }  // namespace
 
 struct Jit::Impl {
+  // What ORC reported while linking (e.g. "Symbols not found: [ f ]"): the lookup that ran into
+  // it only says "Failed to materialize symbols". Kept for link()'s message; bounded. (Declared
+  // before the JIT, whose error reporter writes here, so that they outlive it.)
+  std::mutex reported_mutex;
+  std::string reported;
   std::unique_ptr<llvm::orc::LLJIT> lljit;
 };
 
@@ -49,6 +54,14 @@ std::unique_ptr<Jit> Jit::create() {
   initialize_llvm_once();
   auto impl = std::make_unique<Impl>();
   impl->lljit = unwrap(llvm::orc::LLJITBuilder().create(), "cannot create the LLVM JIT");
+  // Every failure reaches the caller through the lookup that ran into it (an Error), with its
+  // cause kept here; without this ORC would print each to stderr, e.g. for an object `cache
+  // verify` finds broken.
+  impl->lljit->getExecutionSession().setErrorReporter([raw = impl.get()](llvm::Error err) {
+    std::string text = llvm::toString(std::move(err));
+    std::lock_guard<std::mutex> lock(raw->reported_mutex);
+    if (raw->reported.size() < 4096) raw->reported += (raw->reported.empty() ? "" : "; ") + text;
+  });
   char prefix = impl->lljit->getDataLayout().getGlobalPrefix();
   impl->lljit->getMainJITDylib().addGenerator(
       unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix),
@@ -69,6 +82,37 @@ void Jit::add_object(const std::vector<char>& object, const std::string& name) {
       llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), name);
   if (llvm::Error err = impl_->lljit->addObjectFile(std::move(buffer)))
     throw_llvm("cannot load object " + name, std::move(err));
+}
+
+void* Jit::link(const std::vector<char>& object, const std::string& name, const std::string& symbol,
+                bool keep) {
+  if (std::string why = object_problem(object); !why.empty())
+    throw LinkError("cannot load object " + name + ": " + why);
+  // The object's own tracker: removing it takes its symbols and code out of the JIT again, so a
+  // failed link leaves nothing behind (no half-defined symbols another object would clash with).
+  llvm::orc::ResourceTrackerSP tracker = impl_->lljit->getMainJITDylib().createResourceTracker();
+  auto remove = [&] { llvm::consumeError(tracker->remove()); };
+  auto buffer =
+      llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), name);
+  if (llvm::Error err = impl_->lljit->addObjectFile(tracker, std::move(buffer))) {
+    std::string why = llvm::toString(std::move(err));
+    remove();
+    throw LinkError("cannot load object " + name + ": " + why);
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->reported_mutex);
+    impl_->reported.clear();
+  }
+  llvm::Expected<llvm::JITEvaluatedSymbol> sym = impl_->lljit->lookup(symbol);
+  if (!sym) {
+    std::string why = llvm::toString(sym.takeError());
+    remove();
+    std::lock_guard<std::mutex> lock(impl_->reported_mutex);
+    throw LinkError("cannot link object " + name + ": " +
+                    (impl_->reported.empty() ? why : impl_->reported));
+  }
+  if (!keep) remove();
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(sym->getAddress()));
 }
 
 void* Jit::lookup(const std::string& symbol) {

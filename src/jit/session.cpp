@@ -35,10 +35,36 @@ void install(Jit& jit, const char* setter, Handler handler) {
 Session::Session(std::unique_ptr<Jit> jit, int num_threads)
     : jit_(std::move(jit)), num_threads_(num_threads) {}
 
+const std::vector<std::string>& runtime_entry_points(bool cuda) {
+  static const std::vector<std::string> cpu = {"halide_set_num_threads", "halide_set_error_handler",
+                                               "halide_shutdown_thread_pool",
+                                               "halide_set_custom_do_par_for"};
+  static const std::vector<std::string> gpu = [] {
+    std::vector<std::string> all = cpu;
+    for (const char* s : {"halide_set_cuda_acquire_context", "halide_set_cuda_release_context",
+                          "halide_set_cuda_get_stream", "halide_cuda_device_interface",
+                          "halide_reuse_device_allocations"})
+      all.push_back(s);
+    return all;
+  }();
+  return cuda ? gpu : cpu;
+}
+
+std::unique_ptr<Jit> link_runtime(const std::vector<char>& runtime_object, bool cuda) {
+  auto jit = Jit::create();
+  const std::vector<std::string>& symbols = runtime_entry_points(cuda);
+  jit->link(runtime_object, "halide_runtime.o", symbols[0]);
+  for (const std::string& symbol : symbols) try {
+      jit->lookup(symbol);
+    } catch (const Error& e) {
+      throw LinkError(std::string("cannot link object halide_runtime.o: ") + e.what());
+    }
+  return jit;
+}
+
 std::shared_ptr<Session> Session::create(const std::vector<char>& runtime_object, int num_threads,
                                          bool cuda) {
-  auto jit = Jit::create();
-  jit->add_object(runtime_object, "halide_runtime.o");
+  std::unique_ptr<Jit> jit = link_runtime(runtime_object, cuda);
   auto set_num_threads = reinterpret_cast<int (*)(int)>(jit->lookup("halide_set_num_threads"));
   auto set_error_handler =
       reinterpret_cast<ErrorHandler (*)(ErrorHandler)>(jit->lookup("halide_set_error_handler"));
@@ -76,8 +102,7 @@ Session::~Session() {
 
 ArgvFn Session::load_kernel(const std::vector<char>& object, const std::string& fn_name) {
   std::lock_guard<std::mutex> lock(mutex_);
-  jit_->add_object(object, fn_name + ".o");
-  return reinterpret_cast<ArgvFn>(jit_->lookup(fn_name + "_argv"));
+  return reinterpret_cast<ArgvFn>(jit_->link(object, fn_name + ".o", fn_name + "_argv"));
 }
 
 void* Session::lookup(const std::string& symbol) {

@@ -42,6 +42,12 @@ struct CallContext {
 // The runtime's error handler: appends `message` to the CallContext `user_context` points to.
 void capture_halide_error(void* user_context, const char* message);
 
+// The runtime functions a Session calls (`cuda`: a CUDA target's runtime, which has more).
+const std::vector<std::string>& runtime_entry_points(bool cuda);
+// A new Jit with `runtime_object` linked and every entry point found; throws LinkError naming
+// what is missing or unresolvable. Nothing of the runtime runs.
+std::unique_ptr<Jit> link_runtime(const std::vector<char>& runtime_object, bool cuda);
+
 class Session {
  public:
   // Loads `runtime_object` (compile_runtime_object()) and sets its thread count and error handler
@@ -54,7 +60,8 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Loads a kernel object and returns its `fn_name`_argv entry point. Thread-safe.
+  // Loads a kernel object and returns its `fn_name`_argv entry point. Thread-safe. Throws
+  // LinkError if it does not link, leaving the session as it was (Jit::link).
   ArgvFn load_kernel(const std::vector<char>& object, const std::string& fn_name);
 
   // The address of a symbol of the loaded runtime or kernels (e.g. "halide_device_malloc", for

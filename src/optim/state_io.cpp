@@ -17,7 +17,8 @@
 //   data                                 every state buffer, in header order: f32, bf16, f16, u8
 //   u64 hi, u64 lo                       XXH3-128 of everything before it
 // Written to a temporary file and renamed, so a crash never leaves a half-written file in place.
-// Read completely and checked before the optimizer is touched.
+// Read completely and checked before the optimizer is touched; a file larger than the optimizer's
+// params could fill is refused from its size, before anything is allocated.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include "optfuse/kernel.h"
 #include "optim/block_state.h"
 #include "optim/device_support.h"
+#include "optim/group_plan.h"
 #include "optim/optimizer_impl.h"
 #include "optim/options.h"
 #include "optim/precision.h"
@@ -48,12 +50,32 @@ void append(std::string* out, const void* p, size_t n) {
   out->append(static_cast<const char*>(p), n);
 }
 
-std::string read_file(const std::string& path) {
+// The largest state file `impl` can have, from its params alone: every state name the rule may
+// keep (known_state_names, which probes its options) at 8 bytes an element plus 8-bit scales,
+// and a header of a few KiB per tensor. A larger file is refused before anything is allocated.
+uint64_t max_state_file_bytes(const Optimizer::Impl& impl) {
+  uint64_t most = (uint64_t{1} << 20) + kMagicSize + 8 + 16;
+  for (const auto& g : impl.groups) {
+    const uint64_t names = optim::known_state_names(*impl.rule, g.options).size() + 4;
+    most += uint64_t{64} << 10;  // the group's options
+    for (const auto& t : g.tensors)
+      most += (uint64_t{4} << 10) + names * 12 * static_cast<uint64_t>(t.ref.param.numel);
+  }
+  return most;
+}
+
+std::string read_file(const std::string& path, uint64_t max_bytes) {
   std::vector<char> bytes;
   std::string error;
-  if (!cache::read_file(path, &bytes, &error))
-    throw IoError("cannot read optimizer state file: " + error);
-  return std::string(bytes.begin(), bytes.end());
+  switch (cache::read_file(path, &bytes, &error, {max_bytes})) {
+    case cache::ReadStatus::kOk:
+      return std::string(bytes.begin(), bytes.end());
+    case cache::ReadStatus::kInvalid:
+      throw IoError("cannot read optimizer state file: " + error +
+                    " (the most a state file of this optimizer's params can hold)");
+    default:
+      throw IoError("cannot read optimizer state file: " + error);
+  }
 }
 
 // The cache's atomic write: a unique temporary file, fsync, rename, fsync of the directory; so
@@ -334,7 +356,7 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
 
 void Optimizer::load_state(const std::string& path) {
   refuse_caller_owned(*impl_, "loads");
-  const std::string bytes = read_file(path);
+  const std::string bytes = read_file(path, max_state_file_bytes(*impl_));
   auto bad = [&](const std::string& why) {
     return IoError("optimizer state file '" + path + "': " + why);
   };

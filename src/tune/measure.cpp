@@ -93,4 +93,22 @@ PairedResult measure_pair(const Kernel& base, const Kernel& candidate, const Wor
   return {median(ratios), median(tb), median(tc), static_cast<int>(ratios.size())};
 }
 
+namespace {
+PairMeasure& pair_measure() {
+  static PairMeasure measure = measure_pair;
+  return measure;
+}
+}  // namespace
+
+PairMeasure set_pair_measure(PairMeasure measure) {
+  PairMeasure old = std::move(pair_measure());
+  pair_measure() = measure ? std::move(measure) : PairMeasure(measure_pair);
+  return old;
+}
+
+PairedResult measure_pair_for_tune(const Kernel& base, const Kernel& candidate,
+                                   const Workload& work, int min_pairs, double seconds) {
+  return pair_measure()(base, candidate, work, min_pairs, seconds);
+}
+
 }  // namespace optfuse::tune_detail

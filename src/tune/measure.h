@@ -1,6 +1,7 @@
 #pragma once
 // Paired measurements of two kernels of the same graph (internal to src/tune).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -35,5 +36,14 @@ struct PairedResult {
 // least `min_pairs` pairs and `seconds` of calls; both kernels must have `work`'s signature.
 PairedResult measure_pair(const Kernel& base, const Kernel& candidate, const Workload& work,
                           int min_pairs, double seconds);
+
+// What tune() measures pairs with: measure_pair, unless a test put another here to give the
+// search known ratios (tests/test_schedules.cpp). Returns the one it replaces.
+using PairMeasure =
+    std::function<PairedResult(const Kernel& base, const Kernel& candidate, const Workload& work,
+                               int min_pairs, double seconds)>;
+PairMeasure set_pair_measure(PairMeasure measure);
+PairedResult measure_pair_for_tune(const Kernel& base, const Kernel& candidate,
+                                   const Workload& work, int min_pairs, double seconds);
 
 }  // namespace optfuse::tune_detail

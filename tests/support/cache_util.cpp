@@ -61,6 +61,22 @@ std::string entry_file(const DiskCache& c, const std::string& key) {
   return "";
 }
 
+Entry read_entry(const std::string& path) {
+  std::string s = read_all(path);
+  Entry e;
+  EXPECT_EQ(cache::decode(std::vector<char>(s.begin(), s.end()), &e.m, &e.object, CacheOptions{}),
+            "")
+      << path;
+  return e;
+}
+
+void write_entry(const std::string& path, Entry e) {
+  e.m.object_bytes = e.object.size();
+  e.m.object_xxh3 = cache::hash_hex(e.object.data(), e.object.size());
+  std::vector<char> bytes = cache::encode(e.m, e.object);
+  write_all(path, std::string(bytes.begin(), bytes.end()));
+}
+
 void check_runs(const Kernel& k) {
   Tensors in;
   for (size_t i = 0; i < 333; ++i) {

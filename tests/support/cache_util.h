@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/entry.h"
 #include "optfuse/cache.h"
 #include "optfuse/engine.h"
 #include "optfuse/graph.h"
@@ -40,6 +41,17 @@ std::string read_all(const std::string& path);
 void write_all(const std::string& path, const std::string& s);
 // The file of `key`'s entry in `c`, or "".
 std::string entry_file(const DiskCache& c, const std::string& key);
+// An entry's metadata and object, read through the format's own decoder (a test failure if the
+// file is not a valid entry).
+struct Entry {
+  cache::Metadata m;
+  std::vector<char> object;
+};
+Entry read_entry(const std::string& path);
+// Writes `e` with its object's size and checksum and the entry checksum computed anew: what a
+// tool that knows the format writes, so that only the checks past the checksums are left.
+void write_entry(const std::string& path, Entry e);
+
 // Runs sgd()'s kernel `k` and compares it with the interpreter.
 void check_runs(const Kernel& k);
 
