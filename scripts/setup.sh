@@ -11,6 +11,7 @@ PACKAGES=(
   llvm-14-dev libhalide14-0-dev   # LLVM 14 ORC and Halide 14 built on the same LLVM
   zlib1g-dev                      # LLVM's CMake package config asks for ZLIB
   libxxhash-dev nlohmann-json3-dev libcli11-dev
+  libopenblas0                    # Muon's orthogonalization from C / C++ (loaded at run time)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-venv python3-dev        # the Python package (scripts/python_setup.sh)
   pkg-config                      # the installed-tree consumer test (tests/consumer/)

@@ -126,11 +126,12 @@ TEST_F(CacheCli, EightBitStateSpecWarmsBothKernelsAStepLoads) {
   EXPECT_EQ(opt->state_ref(0, 1, "exp_avg").dtype, DType::F32);
 }
 
-// Adadelta, ASGD and Rprop specs (tests/specs/tiny_*.json): each warms one kernel for all its
-// groups (their options are runtime scalars), and the optimizer a spec describes, stepped in
-// this process, loads it: warm-up's kernel key is the step's.
+// Adadelta, ASGD, Rprop and Muon specs (tests/specs/tiny_*.json): each warms one kernel for all
+// its groups (their options are runtime scalars; Muon's is two compiled objects around its
+// orthogonalization, which needs no compiling), and the optimizer a spec describes, stepped in
+// this process, loads it: warm-up's objects are the step's.
 TEST_F(CacheCli, ElementwiseRuleSpecsWarmWhatAStepLoads) {
-  for (const char* model : {"tiny_adadelta", "tiny_asgd", "tiny_rprop"}) {
+  for (const char* model : {"tiny_adadelta", "tiny_asgd", "tiny_rprop", "tiny_muon"}) {
     SCOPED_TRACE(model);
     const std::string spec = std::string(OPTFUSE_TEST_DATA_DIR) + "/specs/" + model + ".json";
     Result r = cli({"warmup", "--spec", spec, "--cache-dir", cache(), "--json"});

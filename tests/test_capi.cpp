@@ -177,13 +177,15 @@ TEST(CApi, EndToEndMatchesTheCppApiBitForBit) {
   std::remove(path.c_str());
 }
 
-// Adadelta, ASGD and Rprop by their torch class names through the C API: the C++ API's bits, and
-// a state file that resumes them exactly, ASGD's eta and mu (host state) with it (t0 = 2: ax
-// averages from step 5, across the save at step 4).
-TEST(CApi, AdadeltaAsgdRpropMatchTheCppApiAndResume) {
+// Adadelta, ASGD, Rprop and Muon by their torch class names through the C API: the C++ API's
+// bits, and a state file that resumes them exactly, ASGD's eta and mu (host state) with it (t0 =
+// 2: ax averages from step 5, across the save at step 4). (Muon's orthogonalization runs the same
+// CBLAS products on the same values in both.)
+TEST(CApi, AdadeltaAsgdRpropMuonMatchTheCppApiAndResume) {
   for (const char* config : {R"({"type": "Adadelta", "lr": 0.5, "weight_decay": 0.01})",
                              R"({"type": "ASGD", "lr": 0.05, "lambd": 0.01, "t0": 2})",
-                             R"({"type": "Rprop", "lr": 0.01, "etas": [0.3, 2.0]})"}) {
+                             R"({"type": "Rprop", "lr": 0.01, "etas": [0.3, 2.0]})",
+                             R"({"type": "Muon", "lr": 0.02, "momentum": 0.9})"}) {
     SCOPED_TRACE(config);
     CEngine ce;
     COptimizer co(ce.e, config);

@@ -1,5 +1,6 @@
 // `optfuse warmup`: compiles every kernel a model spec's optimizer configuration needs (and the
 // Halide runtime of each target) into the disk cache, for this machine or any other target.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -39,6 +40,7 @@ struct Item {
   Graph graph{""};
   int64_t size_hint = 0;  // a tensor size it serves (picks a tuned schedule); 0 = default
   int64_t groups = 0, tensors = 0, elements = 0;
+  std::vector<std::string> objects;  // the cached objects it needs (a cut graph: one per kernel)
   std::string status;  // "hit", "compiled", "not cached" (compiled, the cache refused it), "failed"
   std::string error;   // for "failed": why
   std::string warning;  // the cache's last warning while making it (e.g. it could not store it)
@@ -109,6 +111,8 @@ void run_item(Item& item, const std::string& cache_dir, const std::string& sched
                  : item.size_hint       ? engine.precompile(item.graph, item.size_hint)
                                         : engine.precompile(item.graph);
     item.status = found ? "hit" : "compiled";
+    if (item.kind == "kernel")
+      item.objects = engine.object_keys(item.graph, item.size_hint ? item.size_hint : -1);
   } catch (const Error& e) {
     item.status = "failed";
     item.error = e.what();
@@ -126,7 +130,11 @@ void mark_not_cached(std::vector<Item>* items, const std::string& dir) {
     (e.kind == "runtime" ? runtimes : kernels).insert(e.kind == "runtime" ? e.target : e.key);
   for (Item& it : *items) {
     if (it.status != "compiled" && it.status != "hit") continue;
-    const bool stored = it.kind == "runtime" ? runtimes.count(it.target) : kernels.count(it.key);
+    const bool stored =
+        it.kind == "runtime"
+            ? runtimes.count(it.target) > 0
+            : std::all_of(it.objects.begin(), it.objects.end(),
+                          [&](const std::string& key) { return kernels.count(key) > 0; });
     if (!stored) it.status = "not cached";
   }
 }

@@ -102,6 +102,15 @@ struct OpaqueCall {
 };
 using OpaqueFn = std::function<void(const OpaqueCall&)>;
 
+// How an opaque op's implementation sees a tensor.
+enum class OpaqueScope {
+  Elements,  // any part of it: calls may cover slices of a tensor and run at once (above)
+  // The whole tensor as a [rows, cols] matrix, row-major, cols = OpaqueCall::cols (the tensor's
+  // row length, numel / shape[0]): one call per tensor and step, never sliced (e.g. Muon's
+  // orthogonalization). A kernel with such an op has KernelSignature::whole and ::per_row.
+  Matrix,
+};
+
 class Engine {
  public:
   // Throws Error for an invalid target, and for a CUDA target ("host-cuda", ...) without a usable
@@ -133,6 +142,9 @@ class Engine {
   std::string kernel_key(const Graph& g) const;
   std::string kernel_key(const Graph& g, const Schedule& schedule) const;
   std::string kernel_key(const Graph& g, int64_t size_hint) const;
+  // The keys of the objects kernel(g) (size_hint >= 0: kernel(g, size_hint)) loads from the
+  // object store: kernel_key's, or for a graph the partitioner cuts, each kernel cluster's.
+  std::vector<std::string> object_keys(const Graph& g, int64_t size_hint = -1) const;
   // How many tuned schedules the engine's database holds for its target (0 without one).
   size_t tuned_schedules() const;
 
@@ -151,8 +163,14 @@ class Engine {
 
   // Implements opaque op `callee` for kernels of this engine (OpaqueCall). A kernel takes the
   // implementation when kernel() makes it, so register before; an Error if `callee` already has
-  // one (kernels made earlier would keep the old one) or `fn` is empty. Thread-safe.
-  void register_opaque(const std::string& callee, OpaqueFn fn);
+  // one (kernels made earlier would keep the old one) or `fn` is empty. Thread-safe. A callee
+  // written `name:arguments` (e.g. "newton_schulz:steps=5") with no implementation of its own is
+  // served by the one registered for `name`, which reads its arguments from OpaqueCall::callee.
+  void register_opaque(const std::string& callee, OpaqueFn fn,
+                       OpaqueScope scope = OpaqueScope::Elements);
+  // The same, unless `callee` has an implementation already: then nothing changes and it returns
+  // false. For a library's default that an application's own, registered first, replaces.
+  bool register_default_opaque(const std::string& callee, OpaqueFn fn, OpaqueScope scope);
 
   struct Impl;
 

@@ -45,6 +45,9 @@ struct KernelSignature {
   // The graph has whole-tensor reductions (reduce_sum, ...): one call reduces at most 2^30
   // elements (Halide's int32 extents; longer calls of other kernels run in slices).
   bool reduces = false;
+  // A step needs each tensor whole, as one call: an opaque op of OpaqueScope::Matrix (engine.h)
+  // sees the tensor as a matrix. Such calls are never cut into slices.
+  bool whole = false;
 
   int input_index(const std::string& name) const;   // -1 if absent
   int scalar_index(const std::string& name) const;  // -1 if absent

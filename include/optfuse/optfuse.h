@@ -57,8 +57,8 @@ void optfuse_engine_destroy(optfuse_engine* engine);
 int optfuse_engine_counters(const optfuse_engine* engine, optfuse_counters* out);
 
 /* config_json: {"type": one of "sgd", "adam", "adamw", "adagrad", "rmsprop", "adamax", "nadam",
- * "radam", "adadelta", "asgd", "rprop" (torch.optim class names, any case) or "lion", "lamb",
- * "lars", and that optimizer's torch.optim options as defaults}. */
+ * "radam", "adadelta", "asgd", "rprop", "muon" (torch.optim class names, any case) or "lion",
+ * "lamb", "lars", and that optimizer's torch.optim options as defaults}. */
 int optfuse_optimizer_create(optfuse_engine* engine, const char* config_json,
                              optfuse_optimizer** out);
 void optfuse_optimizer_destroy(optfuse_optimizer* opt);

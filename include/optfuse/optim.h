@@ -45,6 +45,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "optfuse/engine.h"
@@ -238,10 +239,10 @@ struct StepArgs {
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",
-  // "adagrad", "rmsprop", "adamax", "nadam", "radam", "adadelta", "asgd", "rprop"; or one torch
-  // lacks: "lion", "lamb" (apex FusedLAMB), "lars" (torchlars over SGD), whose trust ratios come
-  // from per-tensor norms reduced in the same kernel) and optional defaults for every group,
-  // e.g. {"type":"adamw","lr":1e-3,"betas":[0.9,0.999]}.
+  // "adagrad", "rmsprop", "adamax", "nadam", "radam", "adadelta", "asgd", "rprop", "muon" (see
+  // NewtonSchulz below); or one torch lacks: "lion", "lamb" (apex FusedLAMB), "lars" (torchlars
+  // over SGD), whose trust ratios come from per-tensor norms reduced in the same kernel) and
+  // optional defaults for every group, e.g. {"type":"adamw","lr":1e-3,"betas":[0.9,0.999]}.
   static std::unique_ptr<Optimizer> create(Engine& engine, const Options& config);
   ~Optimizer();
 
@@ -371,5 +372,30 @@ class Optimizer {
   explicit Optimizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Muon ({"type": "muon"}, torch.optim.Muon) runs two fused kernels per tensor with its
+// orthogonalization between them: the opaque op "newton_schulz:<constants>" (engine.h), which
+// sees the update as the [shape[0], numel / shape[0]] matrix. Every engine serves it with a CBLAS
+// library loaded at first use (libopenblas.so.0, libblas.so.3 or libcblas.so.3; an Error naming
+// them if none loads). To run it elsewhere (torch's matmuls, a GPU), register an implementation
+// for "newton_schulz" with OpaqueScope::Matrix before the first Muon step; it reads the constants
+// of its call from OpaqueCall::callee.
+struct NewtonSchulz {
+  double a = 3.4445, b = -4.775, c = 2.0315;  // X <- a X + (b A + c A^2) X, A = X X^T
+  int steps = 5;                              // iterations
+  double eps = 1e-7;                          // X starts as G / max(|G|_F, eps)
+  // Every product is rounded to bf16, as torch's bf16 matrices are. false: the products of bf16
+  // matrices (torch's own ops, so its bits, where an implementation has them); true: f32
+  // products of the same bf16 values, rounded once (the sums in another order: within bf16
+  // rounding of torch's, and much faster where the BLAS has no fast bf16 products). The CBLAS
+  // implementation always does the latter.
+  bool f32_products = false;
+};
+// The opaque op's callee for `ns`, and its inverse (an Error naming a callee it cannot read).
+std::string newton_schulz_callee(const NewtonSchulz& ns);
+NewtonSchulz parse_newton_schulz(std::string_view callee);
+// The implementation a Muon optimizer gives its engine when "newton_schulz" has none: torch's
+// iteration (bf16 products, src/optim/newton_schulz.h) on the CBLAS library; any float dtype.
+OpaqueFn newton_schulz_cblas();
 
 }  // namespace optfuse

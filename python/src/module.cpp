@@ -28,6 +28,7 @@
 #include "optfuse/partition.h"
 #include "optfuse/schedules.h"
 #include "py_json.h"
+#include "torch_muon.h"
 #include "torch_step.h"
 
 namespace nb = nanobind;
@@ -171,6 +172,16 @@ NB_MODULE(_core, m) {
   m.def("explain_graph", &explain_graph, nb::arg("engine"), nb::arg("graph"),
         "What `optfuse explain` says about a graph in the JSON form (docs/graph-json.md).");
   m.def("openmp_in_use", [] { return optfuse::openmp_runtime().parallel != nullptr; });
+  m.def(
+      "newton_schulz_cblas",
+      [](uintptr_t in, uintptr_t out, int64_t rows, int64_t cols, const std::string& callee) {
+        nb::gil_scoped_release release;
+        optfuse::newton_schulz_cblas()(
+            {callee, address(in), address(out), DType::F32, rows * cols, cols});
+      },
+      nb::arg("input"), nb::arg("output"), nb::arg("rows"), nb::arg("cols"), nb::arg("callee"),
+      "The C / C++ API's Muon orthogonalization (CBLAS) of a float32 rows x cols matrix at "
+      "address `input` into `output`, for tests against torch's.");
 
   nb::class_<PyEngine>(m, "Engine")
       .def(
@@ -194,6 +205,7 @@ NB_MODULE(_core, m) {
                   PyErr_WriteUnraisable(nullptr);
               };
             new (self) PyEngine{std::make_unique<optfuse::Engine>(o)};
+            optfuse::python::register_torch_newton_schulz(*self->engine);  // torch's Muon
           },
           nb::arg("target") = "host", nb::arg("threads") = 0, nb::arg("cache_dir") = "",
           nb::arg("memory_only") = false, nb::arg("schedule_db") = "",

@@ -87,7 +87,18 @@ struct Engine::Impl {
 
   std::unordered_map<std::string, bool> precompiled;  // keys stored by precompile()
   ScheduleDb db;  // tuned schedules for this target (empty when none apply)
-  std::map<std::string, OpaqueFn> opaque;  // register_opaque(): callee -> implementation
+  struct Opaque {
+    OpaqueFn fn;
+    OpaqueScope scope;
+  };
+  std::map<std::string, Opaque> opaque;  // register_opaque(): callee -> implementation
+
+  // The implementation serving `callee`: its own, else that of the name before its ':'.
+  const Opaque* opaque_for(const std::string& callee) const {
+    auto it = opaque.find(callee);
+    if (it == opaque.end()) it = opaque.find(callee.substr(0, callee.find(':')));
+    return it == opaque.end() ? nullptr : &it->second;
+  }
 
   // The schedule for calls of about `n` elements of `canonical` (resolved), tuned if the
   // database has an entry for it.
@@ -298,18 +309,20 @@ std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const
   if (one_kernel(p)) return compiled_locked(canonical, name, resolved, key);
   // Every opaque op's implementation first: a missing one fails before anything compiles.
   std::vector<CompositeStep> steps(p.clusters.size());
+  KernelSignature sig = lower::signature(canonical);
   for (size_t i = 0; i < p.clusters.size(); ++i) {
     if (p.clusters[i].kind != Cluster::Kind::Opaque) continue;
     const std::string& callee = p.canonical.node(p.clusters[i].nodes.at(0)).name;
-    auto it = opaque.find(callee);
-    if (it == opaque.end())
+    const Opaque* impl = opaque_for(callee);
+    if (!impl)
       throw Error("graph \"" + name + "\": opaque op \"" + callee +
                   "\" has no implementation in this engine: register one with "
                   "Engine::register_opaque(\"" +
                   callee + "\", fn) before Engine::kernel() (the graph runs as " +
                   std::to_string(p.clusters.size()) + " clusters, the opaque op between kernels)");
     steps[i].callee = callee;
-    steps[i].opaque = it->second;
+    steps[i].opaque = impl->fn;
+    if (impl->scope == OpaqueScope::Matrix) sig.whole = sig.per_row = true;  // calls give cols
   }
   std::vector<Part> cluster = parts(p, name, resolved, size_hint);
   for (size_t i = 0; i < p.clusters.size(); ++i) {
@@ -318,8 +331,8 @@ std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const
     steps[i].kernel = compiled_locked(c.canonical, p.clusters[i].graph.name(), c.resolved,
                                       key_of(c.canonical, c.resolved));
   }
-  auto composite = std::make_shared<CompositeKernel>(p, lower::signature(canonical), key, name,
-                                                     resolved, std::move(steps));
+  auto composite =
+      std::make_shared<CompositeKernel>(p, std::move(sig), key, name, resolved, std::move(steps));
   table.emplace(key, composite);
   return composite;
 }
@@ -425,6 +438,21 @@ std::string Engine::kernel_key(const Graph& g, int64_t size_hint) const {
   return impl_->key_of(canonical, impl_->schedule_for(canonical, size_hint, nullptr));
 }
 
+std::vector<std::string> Engine::object_keys(const Graph& g, int64_t size_hint) const {
+  Graph canonical = canonicalize(g);
+  const Schedule resolved = size_hint >= 0
+                                ? impl_->schedule_for(canonical, size_hint, nullptr)
+                                : jit::resolve_schedule(impl_->options.schedule, impl_->target);
+  Partition p = partition(canonical);
+  if (one_kernel(p)) return {impl_->key_of(canonical, resolved)};
+  const std::vector<Impl::Part> parts = impl_->parts(p, g.name(), resolved, size_hint);
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < p.clusters.size(); ++i)
+    if (p.clusters[i].kind == Cluster::Kind::Kernel)
+      keys.push_back(impl_->key_of(parts[i].canonical, parts[i].resolved));
+  return keys;
+}
+
 Schedule Engine::schedule_for(const Graph& g, int64_t size_hint, bool* tuned) const {
   return impl_->schedule_for(canonicalize(g), size_hint, tuned);
 }
@@ -466,12 +494,16 @@ void Engine::set_object_store(std::shared_ptr<ObjectStore> store) {
   impl_->store = std::move(store);
 }
 
-void Engine::register_opaque(const std::string& callee, OpaqueFn fn) {
-  if (!fn) throw Error("register_opaque(\"" + callee + "\"): the implementation is empty");
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  if (!impl_->opaque.emplace(callee, std::move(fn)).second)
+void Engine::register_opaque(const std::string& callee, OpaqueFn fn, OpaqueScope scope) {
+  if (!register_default_opaque(callee, std::move(fn), scope))
     throw Error("register_opaque(\"" + callee + "\"): opaque op \"" + callee +
                 "\" already has an implementation in this engine");
+}
+
+bool Engine::register_default_opaque(const std::string& callee, OpaqueFn fn, OpaqueScope scope) {
+  if (!fn) throw Error("register_opaque(\"" + callee + "\"): the implementation is empty");
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->opaque.emplace(callee, Impl::Opaque{std::move(fn), scope}).second;
 }
 
 }  // namespace optfuse

@@ -66,6 +66,7 @@ std::string signature_text(const KernelSignature& s) {
     t += "result " + r.name + " " + std::string(dtype_name(r.dtype)) + "\n";
   if (s.per_row) t += "per_row\n";
   if (s.reduces) t += "reduces\n";
+  if (s.whole) t += "whole\n";
   return t;
 }
 

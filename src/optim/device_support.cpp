@@ -85,7 +85,13 @@ void check_device_group(Memory m, const UpdateRule& rule, const Options& options
                 not_yet("master_weights false (16-bit state buffers are host-only so far)"));
   if (options.value("state_dtype", "f32") == "int8")
     throw Error(where + ": " + not_yet("state_dtype \"int8\" (8-bit state is host-only so far)"));
-  if (has_reductions(rule.graph(options)))
+  const Graph g = rule.graph(options);
+  for (const Node& n : g.nodes())
+    if (op_has(n.op, kOpaque))
+      throw Error(where + ": " +
+                  not_yet(rule.type() + " (its update calls opaque op \"" + n.name +
+                          "\" between kernels: values cross kernels on the host only)"));
+  if (has_reductions(g))
     throw Error(where + ": " +
                 not_yet(rule.type() + " (its update reduces over tensors, e.g. "
                                       "trust ratios from norms: it needs GPU reductions)"));

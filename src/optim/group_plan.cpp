@@ -110,10 +110,14 @@ KernelPlan plan_kernel(Engine& engine, Graph graph) {
 std::string unblockable(const GraphRecipe& r, const Graph& dense) {
   if (r.rule->sparse_grads()) return r.rule->type() + " takes sparse gradients";
   if (centralizes(r.options)) return "grad_centralization reduces over the kernel's rows";
-  for (const Node& n : dense.nodes())
+  for (const Node& n : dense.nodes()) {
     if (op_has(n.op, kReduce | kRowReduce))
       return r.rule->type() + "'s update has " + std::string(op_name(n.op)) +
              " (8-bit state's blocks are the kernel's rows)";
+    if (op_has(n.op, kOpaque))
+      return r.rule->type() + "'s update calls opaque op \"" + n.name +
+             "\" between its kernels (8-bit state needs the update in one kernel)";
+  }
   return "";
 }
 

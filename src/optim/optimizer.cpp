@@ -136,6 +136,7 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
   impl->cuda_context = engine.options().compile_only ? nullptr : engine.options().cuda_context;
   optim::check_device_config(impl->memory, *parsed.rule, parsed.step);
   optim::check_device_group(impl->memory, *parsed.rule, parsed.defaults, "optimizer config");
+  parsed.rule->prepare(engine);
   impl->rule = std::move(parsed.rule);
   impl->control = optim::StepControl(parsed.step);
   impl->defaults = std::move(parsed.defaults);

@@ -80,6 +80,7 @@ struct Optimizer::Impl {
       bool valid = false;
       int64_t step = 0;
       bool created_now = false;
+      int64_t rows = 0, cols = 0;  // compared only for rules whose scalars read them
       optim::HostState host_before, host_after;
       std::vector<double> values;  // in kernel signature order
     } memo;

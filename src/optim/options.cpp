@@ -67,6 +67,7 @@ std::pair<double, double> pair(const Options& h, const std::string& name,
 
 static bool same_kind(const Options& a, const Options& b) {
   if (a.is_number() && b.is_number()) return true;
+  if (a.is_null()) return b.is_null() || b.is_string();  // torch's None or a name (adjust_lr_fn)
   return a.type() == b.type();
 }
 

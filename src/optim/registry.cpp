@@ -23,6 +23,8 @@ std::unique_ptr<UpdateRule> make_lion();  // not in torch.optim: Chen et al. 202
 std::unique_ptr<UpdateRule> make_lamb();         // apex FusedLAMB (adam_w_mode), see lamb.cpp
 std::unique_ptr<UpdateRule> make_lars();         // torchlars over SGD, see lars.cpp
 std::unique_ptr<UpdateRule> make_sparse_adam();  // torch.optim.SparseAdam
+// Two kernels around an opaque orthogonalization (newton_schulz.h): torch.optim.Muon.
+std::unique_ptr<UpdateRule> make_muon();
 
 namespace {
 
@@ -43,6 +45,7 @@ const Builtin kBuiltins[] = {
     {"lamb", make_lamb},
     {"lars", make_lars},
     {"lion", make_lion},
+    {"muon", make_muon},
     {"nadam", make_nadam},
     {"radam", make_radam},
     {"rmsprop", make_rmsprop},

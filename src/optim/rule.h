@@ -23,6 +23,10 @@ struct TensorStep {
   int64_t step = 0;                // torch's state['step'] after this step's increment (1-based)
   bool state_created_now = false;  // its state buffers were created for this step
   HostState* host = nullptr;       // this tensor's host state; scalars() advances it by one step
+  // The param as the matrix of the per-row view: rows = shape[0], cols = numel / rows (one row
+  // when the caller gave no shape). Read only by rules whose scalars_read_shape() says so
+  // (Muon's lr adjustment); 0 elsewhere.
+  int64_t rows = 0, cols = 0;
 };
 
 class UpdateRule {
@@ -57,6 +61,12 @@ class UpdateRule {
     (void)h;
     return {};
   }
+  // What the rule's graphs need from an engine besides compiling them (Muon: the default
+  // implementation of its opaque op). Called when an optimizer is created on `engine`.
+  virtual void prepare(Engine& engine) const { (void)engine; }
+  // Whether scalars() reads TensorStep::rows and ::cols: tensors of a group then share their
+  // scalars only when those are equal too.
+  virtual bool scalars_read_shape() const { return false; }
   // Writes this step's scalars; may advance *t.host (called exactly once per tensor and step).
   virtual void scalars(const Options& h, const TensorStep& t,
                        std::map<std::string, double>* out) const = 0;

@@ -48,8 +48,11 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
   Impl::Group::ScalarMemo& memo = g.memo;
   if (!t.bound_scalars.empty()) load_bound_scalars(t);
   int64_t step = ++t.step;
+  const int64_t cols = t.row_cols();
+  const int64_t rows = t.ref.param.numel / cols;
+  const bool by_shape = impl.rule->scalars_read_shape();
   if (memo.valid && memo.step == step && memo.created_now == created_now &&
-      memo.host_before == t.host) {
+      memo.host_before == t.host && (!by_shape || (memo.rows == rows && memo.cols == cols))) {
     t.host = memo.host_after;
     if (!t.bound_scalars.empty()) store_bound_scalars(t);
     return memo.values;
@@ -57,7 +60,7 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
   memo.valid = false;
   memo.host_before = t.host;
   std::map<std::string, double> values;
-  impl.rule->scalars(g.options, TensorStep{step, created_now, &t.host}, &values);
+  impl.rule->scalars(g.options, TensorStep{step, created_now, &t.host, rows, cols}, &values);
   values[kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
   values[kRoundingKey] = 0;                      // per tensor: prepare_call sets it
   memo.values.clear();
@@ -68,6 +71,8 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
     memo.values.push_back(it->second);
   }
   memo.step = step;
+  memo.rows = rows;
+  memo.cols = cols;
   memo.created_now = created_now;
   memo.host_after = t.host;
   memo.valid = true;
@@ -147,10 +152,12 @@ bool tail_call(const Impl::Group& g, const Impl::Tensor& t, const KernelCall& wh
 
 // Whether `t`'s call may run as slices in the round: host memory, a dense gradient, and a
 // kernel whose elements do not depend on where the call starts (no whole-tensor reduction, no
-// stochastic rounding, which draws its bits by element index).
+// opaque op that needs the whole matrix, no stochastic rounding, which draws its bits by
+// element index).
 bool sliceable(const Impl& impl, const Impl::Group& g, const Impl::Tensor& t) {
+  const KernelSignature& sig = t.kernel->signature();
   return impl.memory == Memory::Host && !t.sparse.set && g.plan_of(t).key_slot < 0 &&
-         !t.kernel->signature().reduces;
+         !sig.reduces && !sig.whole;
 }
 
 // Appends the slices of round.calls[call]: one for a call that fits a single task, else

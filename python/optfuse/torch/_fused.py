@@ -173,7 +173,7 @@ class FusedOptimizer:
                     isinstance(v, torch.Tensor) and v.dtype == torch.uint8
                     for i in sg.get("params", []) for v in raw.get(i, {}).values()):
                 group["block_size"] = _state8.DEFAULT_BLOCK
-            for k in EXTRA_GROUP_OPTIONS:
+            for k in EXTRA_GROUP_OPTIONS + tuple(getattr(self, "_optfuse_own_options", ())):
                 if k in self.defaults and k not in group:
                     group[k] = self.defaults[k]
         ids = {i: p for sg, g in zip(saved_groups, self.param_groups)
