@@ -6,6 +6,7 @@
 // one file with a make_* function, plus its line in the table of registry.cpp.
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct TensorStep {
   int64_t step = 0;                // torch's state['step'] after this step's increment (1-based)
   bool state_created_now = false;  // its state buffers were created for this step
   HostState* host = nullptr;       // this tensor's host state; scalars() advances it by one step
+  DType param = DType::F32;        // the param's dtype (Adafactor's eps1 default: its epsilon)
 };
 
 class UpdateRule {
@@ -38,6 +40,15 @@ class UpdateRule {
   // The update for options `h`: its state inputs are the tensor's state buffers (torch's names),
   // and options it reads only through scalars() may change at any step without recompiling.
   virtual Graph graph(const Options& h) const = 0;
+  // The update of tensors of two or more dims, where it differs from graph()'s (torch's
+  // Adafactor factors their second moment over the last two dims: a graph with row and column
+  // state and reductions, src/lower/staged.h); none by default. Its tensors are viewed as
+  // batches (their leading dims) of [rows, cols] matrices (their last two dims). It takes the
+  // scalars graph() takes, or a subset.
+  virtual std::optional<Graph> factored_graph(const Options& h) const {
+    (void)h;
+    return std::nullopt;
+  }
   // The graph for 16-bit params without master weights ("master_weights": false, precision.h):
   // the same update as graph() in real arithmetic, with its f32 ops in the order of the rule's
   // torch fused twin where it has one, so that the values rounded once to the param's dtype are

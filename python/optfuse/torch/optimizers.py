@@ -20,7 +20,8 @@ from ._binding import Binding
 from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
 
 __all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
-           "Adadelta", "ASGD", "Rprop", "SparseAdam", "Lion", "LAMB", "LARS", "Custom"]
+           "Adadelta", "ASGD", "Rprop", "Adafactor", "SparseAdam", "Lion", "LAMB", "LARS",
+           "Custom"]
 
 
 def _set_group_defaults(opt: Optimizer, options: dict) -> None:
@@ -150,6 +151,20 @@ class Rprop(FusedOptimizer, torch.optim.Rprop):
     param in one pass; ``step_size`` starts at the group's lr, as in torch."""
 
     _optfuse_type = "rprop"
+
+
+@_drop_in
+class Adafactor(FusedOptimizer, torch.optim.Adafactor):
+    """torch.optim.Adafactor (relative step, update clipping, weight decay, maximize), fused.
+
+    A param of two or more dims keeps torch's ``row_var`` ([..., R, 1]) and ``col_var``
+    ([..., 1, C]): one kernel computes their new values, the update's RMS and the update, reading
+    the gradient three times and the param twice. A vector keeps ``variance``: one kernel.
+    ``foreach`` is accepted and changes nothing.
+    """
+
+    _optfuse_type = "adafactor"
+    _optfuse_factored = True
 
 
 @_drop_in
