@@ -61,10 +61,11 @@ def scalar_initial(initial, group: dict) -> float:
     return float(plain(initial(group) if callable(initial) else initial))
 
 
-def own_shape(shape, p: torch.Tensor) -> bool:
-    """Whether a state buffer of `shape` (its spec's) has a shape other than its param's: 8-bit
-    state's scales, Adafactor's row_var and col_var."""
-    return tuple(shape) != tuple(p.shape) and not (p.dim() == 0 and tuple(shape) == (1,))
+def own_shape(shape, work: torch.Tensor) -> bool:
+    """Whether a state buffer of `shape` (its spec's) has a shape other than the tensor the
+    kernels update (`work`: the param, or under FSDP2 its local shard, whose shape the spec has):
+    8-bit state's scales, Adafactor's row_var and col_var."""
+    return tuple(shape) != tuple(work.shape) and not (work.dim() == 0 and tuple(shape) == (1,))
 
 
 def is_dtensor(t) -> bool:
@@ -282,7 +283,7 @@ class Binding:
                     t = p.detach().to(dtype=want, copy=True)
                     if mode == STAGED:
                         t = t.contiguous()
-                elif own_shape(shape, p):  # 8-bit scales, Adafactor's row_var / col_var
+                elif own_shape(shape, work):  # 8-bit scales, Adafactor's row_var / col_var
                     t = torch.full(shape, initial, dtype=want, device=work.device)
                     fresh.add(id(t))
                 else:  # in the param's layout (torch: zeros_like(p, preserve_format))
@@ -316,7 +317,7 @@ class Binding:
         where = f"{where}: state '{name}'"
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{where} is a {type(t).__name__}, not a tensor")
-        if shape is not None and own_shape(shape, p):
+        if shape is not None and own_shape(shape, work):
             if tuple(t.shape) != tuple(shape):
                 why = ("one scale per block (was it made with another block_size?)"
                        if name.endswith(_state8.SCALES) else
