@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <exception>
 #include <map>
@@ -213,11 +214,13 @@ void BM_Ceiling_3R2W(benchmark::State& state) {
 // bytes_per_second counts both calls (2 x `bytes` per element, default AdamW's 28).
 void paired_calls(benchmark::State& state, const Kernel& a,
                   const std::map<std::string, double>& a_scalars, const Kernel& b,
-                  const std::map<std::string, double>& b_scalars, int64_t bytes = kAdamBytes) {
+                  const std::map<std::string, double>& b_scalars, int64_t bytes = kAdamBytes,
+                  int64_t cols = 0) {
   std::vector<double> t_a, t_b;
   Arrays arrays(8, state.range(0));
-  const KernelCall ca = call_over(a, arrays, 0, a_scalars);
-  const KernelCall cb = call_over(b, arrays, 4, b_scalars);
+  KernelCall ca = call_over(a, arrays, 0, a_scalars);
+  KernelCall cb = call_over(b, arrays, 4, b_scalars);
+  ca.cols = cb.cols = cols;  // (per-row and per-column kernels: one matrix of rows of `cols`)
   for (int i = 0; i < kWarmup; ++i) a.run(ca), b.run(cb);
   auto timed = [](const Kernel& k, const KernelCall& c) {
     auto t0 = Clock::now();
@@ -349,6 +352,33 @@ void BM_Paired_ASGD_Averaging_Ceiling(benchmark::State& state) {
   paired_rule_ceiling(state, "asgd", {{"t0", 0.0}}, stream_3r2w_graph(), kSgdBytes);
 }
 
+// ---- Adafactor against its byte ceiling ------------------------------------------------------
+// Its factored kernel on one square matrix (torch's defaults, the scalars of step 10) paired with
+// a staged kernel of the same passes and trivial arithmetic: p' = p + col_sum(g) + sum(g) +
+// sum(p), which reads g three times and p twice (24 B/element). ratio = its share of the ceiling.
+Graph adafactor_ceiling_graph() {
+  Graph g("ceiling_adafactor");
+  Value p = g.param("p"), grad = g.grad("g");
+  g.output("p", p + col_sum(grad) + reduce_sum(grad) + reduce_sum(p));
+  return g;
+}
+
+void BM_Paired_Adafactor_Ceiling(benchmark::State& state) {
+  try {
+    auto rule = optim::make_rule("adafactor");
+    const Options h = rule->defaults();
+    auto fused = engine().kernel(*rule->factored_graph(h));
+    auto ceiling = engine().kernel(adafactor_ceiling_graph());
+    const auto side = static_cast<int64_t>(std::llround(std::sqrt(double(state.range(0)))));
+    paired_calls(state, *fused, rule_scalars(*rule, h, 10), *ceiling, {}, 24, side);
+    state.SetLabel("adafactor (factored) " + fused->key().substr(0, 16) + " vs " + ceiling->name() +
+                   " " + ceiling->key().substr(0, 16) + ", " + std::to_string(side) + " x " +
+                   std::to_string(side));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 // Registered size-major (every variant at 2^10, then every variant at 2^12, ...) so that the
 // runs a ratio compares are close in time on a noisy machine. Sizes: 2^10 (L1-resident) ..
 // 2^26 (1.75 GiB of AdamW traffic per step, far past L3), every factor of 4.
@@ -372,6 +402,7 @@ void register_all() {
       {"BM_Paired_Rprop_Ceiling", BM_Paired_Rprop_Ceiling},
       {"BM_Paired_ASGD_Ceiling", BM_Paired_ASGD_Ceiling},
       {"BM_Paired_ASGD_Averaging_Ceiling", BM_Paired_ASGD_Averaging_Ceiling},
+      {"BM_Paired_Adafactor_Ceiling", BM_Paired_Adafactor_Ceiling},
   };
   for (int64_t n = int64_t{1} << 10; n <= int64_t{1} << 26; n *= 4)
     for (const auto& [name, fn] : variants)

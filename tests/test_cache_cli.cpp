@@ -170,6 +170,43 @@ TEST_F(CacheCli, ElementwiseRuleSpecsWarmWhatAStepLoads) {
   }
 }
 
+// Adafactor (tests/specs/tiny_adafactor.json): two kernels, the factored one for the params of
+// two or more dims (a matrix, a conv weight factored per 3 x 3 kernel) and the vector one for
+// the biases, whatever the groups' values; an optimizer stepping those params loads both.
+TEST_F(CacheCli, AdafactorSpecWarmsItsFactoredAndVectorKernels) {
+  const std::string spec = std::string(OPTFUSE_TEST_DATA_DIR) + "/specs/tiny_adafactor.json";
+  Result r = cli({"warmup", "--spec", spec, "--cache-dir", cache(), "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.json()["kernels"], 2);
+  EngineOptions eo;
+  eo.cache_dir = cache();
+  Engine e(eo);
+  auto opt = Optimizer::create(e, {{"type", "adafactor"}, {"weight_decay", 0.01}});
+  std::ifstream in(spec);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<std::vector<float>> buffers;
+  std::vector<ParamRef> refs;
+  for (const auto& t : j["parameters"]) {
+    const std::vector<int64_t> shape = t["shape"].get<std::vector<int64_t>>();
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    buffers.emplace_back(size_t(n), 0.5f);
+    buffers.emplace_back(size_t(n), 0.25f);
+  }
+  for (size_t i = 0; i < j["parameters"].size(); ++i) {
+    const auto& t = j["parameters"][i];
+    const int64_t n = int64_t(buffers[2 * i].size());
+    refs.push_back({{buffers[2 * i].data(), n, t["shape"].get<std::vector<int64_t>>()},
+                    {buffers[2 * i + 1].data(), n},
+                    t["name"].get<std::string>()});
+  }
+  opt->add_param_group(refs);
+  opt->step();
+  EXPECT_EQ(e.counters().compiles, 0);
+  EXPECT_GE(e.counters().disk_hits, 2);
+  EXPECT_EQ(opt->kernel_uses().size(), 2u);
+}
+
 TEST_F(CacheCli, WarmDemoCompilesNothing) {
   std::vector<std::string> demo = {"demo", "--cache-dir", cache(), "--layers", "1", "--d-model",
                                    "64",   "--vocab",     "256",   "--steps",  "1", "--json"};

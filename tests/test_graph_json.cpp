@@ -125,7 +125,7 @@ TEST(GraphJson, ErrorsNameTheJsonPath) {
       "/nodes/0/attrs: neg takes no attributes");
   expect_error(head + R"("nodes": [], "outputs": {"lr": "p"}})", "/outputs/lr: output \"lr\"");
   expect_error(R"({"inputs": [{"name": "p", "role": "weights"}], "outputs": {}})",
-               "/inputs/0/role: expected param, grad, state or row_state");
+               "/inputs/0/role: expected param, grad, state, row_state or col_state");
   expect_error(R"({"inputs": [{"name": "p", "role": "param", "dtype": "f8"}], "outputs": {}})",
                "/inputs/0/dtype: unknown dtype \"f8\"");
   expect_error(R"({"inputs": [], "outputs": {}, "extra": 1})", "/extra: unknown field");

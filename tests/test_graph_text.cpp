@@ -238,9 +238,11 @@ INSTANTIATE_TEST_SUITE_P(
                 "line 2: expected 'op.dtype' with dtype f32, f64, f16, bf16 or bool, got "
                 "'param.f12'"},
         BadText{"graph \"g\" {\n %0 = input.f32 \"p\" }",
-                "line 2: unknown op 'input' (inputs are written param, grad, state or row_state)"},
+                "line 2: unknown op 'input' (inputs are written param, grad, state, row_state or "
+                "col_state)"},
         BadText{"graph \"g\" {\n\n %0 = frob.f32 \"p\" }",
-                "line 3: unknown op 'frob' (inputs are written param, grad, state or row_state)"},
+                "line 3: unknown op 'frob' (inputs are written param, grad, state, row_state or "
+                "col_state)"},
         BadText{"graph \"g\" {\n %0 = param.f32 p }", "line 2: expected a name in quotes, got 'p'"},
         BadText{"graph \"g\" {\n %0 = const.f32 0.5x }", "line 2: expected a number, got '0.5x'"},
         BadText{"graph \"g\" {\n %0 = const.f64 1e-400 }",

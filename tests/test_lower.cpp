@@ -124,7 +124,7 @@ bool domain_of(Op op, Domain* d) {
     case Op::IsFinite:
       *d = {-1, 1, -1, 1};
       return true;
-    // Not element-wise: tests/test_reduce.cpp.
+    // Not element-wise: tests/test_reduce.cpp and tests/test_reduce_cols.cpp.
     case Op::ReduceSum:
     case Op::ReduceMean:
     case Op::ReduceMax:
@@ -133,6 +133,10 @@ bool domain_of(Op op, Domain* d) {
     case Op::RowMean:
     case Op::RowMax:
     case Op::RowMin:
+    case Op::ColSum:
+    case Op::ColMean:
+    case Op::ColMax:
+    case Op::ColMin:
     case Op::Opaque:  // never in a kernel: tests/test_partition.cpp
       return false;
   }
@@ -163,11 +167,12 @@ Graph op_graph(Op op) {
 }
 
 // Every element-wise op, generated from the X-macro: an op added to ops.def is tested here
-// (reductions in tests/test_reduce.cpp, opaque ops in tests/test_partition.cpp).
+// (reductions in tests/test_reduce.cpp and test_reduce_cols.cpp, opaque ops in
+// tests/test_partition.cpp).
 std::vector<Op> operations() {
   std::vector<Op> ops;
 #define OPTFUSE_OP(e, text, arity, flags) \
-  if (!op_has(Op::e, kLeaf | kReduce | kRowReduce | kOpaque)) ops.push_back(Op::e);
+  if (!op_has(Op::e, kLeaf | kReduce | kRowReduce | kColReduce | kOpaque)) ops.push_back(Op::e);
 #include "optfuse/ops.def"
 #undef OPTFUSE_OP
   return ops;

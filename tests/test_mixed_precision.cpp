@@ -156,6 +156,8 @@ Options config_for(const std::string& type) {
   Options c = {{"type", type}, {"lr", 1e-2}};
   if (type == "sgd") c["momentum"] = 0.9;
   if (type == "lion") c["lr"] = 1e-3;
+  // Adafactor's default eps1 is the param dtype's epsilon (torch's): the same one for both runs.
+  if (type == "adafactor") c["eps"] = {1e-7, 1e-3};
   return c;
 }
 

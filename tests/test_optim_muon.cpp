@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "optfuse/optim.h"
+#include "optfuse/partition.h"
 #include "optim/newton_schulz.h"
 #include "support/engine.h"
 #include "support/optim_util.h"
@@ -132,6 +133,21 @@ TEST(Muon, CalleeRoundTripsAndBadOnesAreNamed) {
   EXPECT_THAT(error("a=1,b=2,c=3,steps=5,eps=0,products=f32,d=1"),
               HasSubstr("unknown constant 'd'"));
   EXPECT_THAT(error("a=1,a=2"), HasSubstr("'a' given twice"));
+}
+
+// The update is two kernels around the orthogonalization, whatever the options: the momentum
+// buffer and the Nesterov blend before it, the decay and the update after it.
+TEST(Muon, TheUpdateIsTwoKernelsAroundTheOrthogonalization) {
+  using K = Cluster::Kind;
+  for (const Options& extra : {Options::object(), Options{{"nesterov", false}},
+                               Options{{"weight_decay", 0.0}, {"momentum", 0.5}}}) {
+    Options config = extra;
+    config["type"] = "muon";
+    const Partition p = partition(update_graph(config));
+    std::vector<K> kinds;
+    for (const Cluster& c : p.clusters) kinds.push_back(c.kind);
+    EXPECT_EQ(kinds, (std::vector<K>{K::Kernel, K::Opaque, K::Kernel})) << config.dump();
+  }
 }
 
 // ---- the orthogonalization ------------------------------------------------------------------

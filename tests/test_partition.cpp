@@ -104,6 +104,56 @@ TEST(Fuse, GradientCentralizationIsOneKernel) {
   EXPECT_EQ(decision(p, Op::RowMean, Op::Sub).why, Why::RowPrologue);
 }
 
+// Adafactor's factored update: row and column means of g^2 into row and column state, a column
+// mean of the new row state, and a whole-tensor RMS of values that need every column mean. The
+// region is staged (column reductions): every reduction a stage of ONE kernel, no cut, where a
+// graph with row reductions and no column ones cuts the RMS into a statistics kernel.
+TEST(Fuse, ColumnReductionsMakeOneStagedKernel) {
+  Graph g = parse(R"(graph "factored" {
+    %0 = param.f32 "p"
+    %1 = grad.f32 "g"
+    %2 = row_state.f32 "rv"
+    %3 = col_state.f32 "cv"
+    %4 = scalar.f32 "w"
+    %5 = mul.f32 %1, %1
+    %6 = row_mean.f32 %5
+    %7 = sub.f32 %6, %2
+    %8 = mul.f32 %4, %7
+    %9 = add.f32 %2, %8
+    %10 = col_mean.f32 %5
+    %11 = sub.f32 %10, %3
+    %12 = mul.f32 %4, %11
+    %13 = add.f32 %3, %12
+    %14 = col_mean.f32 %9
+    %15 = mul.f32 %9, %13
+    %16 = div.f32 %15, %14
+    %17 = rsqrt.f32 %16
+    %18 = mul.f32 %1, %17
+    %19 = mul.f32 %18, %18
+    %20 = reduce_mean.f32 %19
+    %21 = sqrt.f32 %20
+    %22 = div.f32 %18, %21
+    %23 = sub.f32 %0, %22
+    out "p" = %23
+    out "rv" = %9
+    out "cv" = %13
+  })");
+  Partition p = partition(g);
+  ASSERT_EQ(kinds(p), std::vector<Cluster::Kind>{K}) << explain(p);
+  EXPECT_EQ(structural_hash(p.clusters[0].graph), structural_hash(g));
+  const FusionDecision& col = decision(p, Op::ColMean, Op::Sub);
+  EXPECT_EQ(col.verdict, Verdict::Fuse);
+  EXPECT_EQ(col.why, Why::ColumnPrologue);
+  EXPECT_THAT(col.reason, HasSubstr("per-column reduction: a stage over the whole tensor"));
+  EXPECT_EQ(decision(p, Op::ColMean, Op::Div).why, Why::ColumnPrologue);  // of the row state
+  EXPECT_THAT(decision(p, Op::RowMean, Op::Sub).reason,
+              HasSubstr("in the loop over rows of a column reduction of the same value"));
+  EXPECT_EQ(decision(p, Op::ReduceMean, Op::Sqrt).why, Why::ReductionPrologue);
+  EXPECT_THAT(p.clusters[0].summary,
+              HasSubstr("1 per-row reduction(s) computed as stages, 2 per-column reduction(s)"));
+  for (const FusionDecision& d : p.decisions) EXPECT_NE(d.verdict, Verdict::Cut) << d.reason;
+}
+
 // ---- Negatives: cuts ---------------------------------------------------------------------------
 
 TEST(DoNotFuse, OpaqueResultStartsTheNextKernel) {

@@ -159,7 +159,8 @@ std::vector<GroupGraph> group_graphs(const ModelSpec& spec, size_t gi) {
     }
     // Each param's graph, as Optimizer::step binds them: with "grad_centralization", the
     // centralized graph for params with >= 2 dims and the plain one for the others; with
-    // "state_dtype": "int8", the 8-bit graph for params of at least min_8bit_size elements.
+    // "state_dtype": "int8", the 8-bit graph for params of at least min_8bit_size elements; for
+    // Adafactor, the factored graph for params with >= 2 dims.
     // Params whose graphs print the same share one entry.
     const bool gc = g.overrides.value("grad_centralization",
                                       spec.optimizer.value("grad_centralization", false));
@@ -171,7 +172,7 @@ std::vector<GroupGraph> group_graphs(const ModelSpec& spec, size_t gi) {
       if (gc && p.shape.size() < 2) overrides["grad_centralization"] = false;
       // (update_graph's numel 0 means a large tensor; an empty param is as small as one.)
       Graph graph = update_graph(spec.optimizer, overrides, first.dtype, first.grad_dtype,
-                                 std::max<int64_t>(p.numel, 1));
+                                 std::max<int64_t>(p.numel, 1), static_cast<int>(p.shape.size()));
       auto [it, fresh] = index.emplace(print(graph), out.size());
       if (fresh) out.push_back({std::move(graph), {}});
       out[it->second].params.push_back(pi);

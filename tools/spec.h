@@ -34,9 +34,10 @@ ModelSpec load_spec(const std::string& path);
 // The update graphs group `gi` runs and the params (indices into ModelSpec::params) each serves:
 // one graph, or with "grad_centralization" on, the centralized graph for params with >= 2 dims
 // and the plain one for the others, or with "state_dtype": "int8" the 8-bit graph for params of
-// at least min_8bit_size elements and the f32-state one for the others (as Optimizer::step binds
-// them), for the group's param and grad dtypes. Error naming the group, or the param whose dtypes
-// differ from the group's first (one group has one param dtype and one grad dtype, as in
+// at least min_8bit_size elements and the f32-state one for the others, or for Adafactor the
+// factored graph for params with >= 2 dims and the vector one for the others (as Optimizer::step
+// binds them), for the group's param and grad dtypes. Error naming the group, or the param whose
+// dtypes differ from the group's first (one group has one param dtype and one grad dtype, as in
 // Optimizer::add_param_group).
 struct GroupGraph {
   Graph graph{""};

@@ -14,9 +14,12 @@
 //
 // Reductions (ops.def): reduce_* turn a per-element operand into one uniform value over the
 // whole tensor; row_* view the tensor as [rows, cols] (row-major, cols the length of a row, a
-// call argument: KernelCall::cols) and give each element its row's value. A kernel computes
-// every reduction as a prologue stage before the element-wise stage that uses it, so an update
-// may depend on a norm of its own gradient and still be one kernel.
+// call argument: KernelCall::cols) and give each element its row's value; col_* cut the same
+// view into batches of batch_rows consecutive rows (KernelCall::batch_rows: a matrix, its
+// leading dims the batch) and give each element the value of its column in its batch
+// (Adafactor's factored second moment: a row mean and a column mean of g^2 per matrix). A
+// kernel computes every reduction as a prologue stage before the element-wise stage that uses
+// it, so an update may depend on a norm of its own gradient and still be one kernel.
 //
 // Semantics: a value is a "tensor" if any operand is a tensor, else "uniform" (the same for every
 // element). Binary ops need equal dtypes; a constant operand adopts the other side's dtype.
@@ -45,6 +48,7 @@ enum OpFlags : unsigned {
   kReduce = 1u << 5,     // whole-tensor reduction: uniform result
   kRowReduce = 1u << 6,  // per-row reduction: per-element result (the row's value)
   kOpaque = 1u << 7,     // an external call: never fused
+  kColReduce = 1u << 8,  // per-column reduction: per-element result (the column's value)
 };
 
 enum class Op : uint8_t {
@@ -59,10 +63,11 @@ int op_arity(Op op);
 unsigned op_flags(Op op);
 inline bool op_has(Op op, unsigned flag) { return (op_flags(op) & flag) != 0; }
 
-// RowState: optimizer state with one value per row of the per-row view (a block's scale, see
-// row_state() below); the others have one value per element.
-enum class Role : uint8_t { Param, Grad, State, RowState };
-std::string_view role_name(Role r);  // "param", "grad", "state", "row_state"
+// RowState: optimizer state with one value per row of the per-row view (a block's scale,
+// Adafactor's row_var, see row_state() below); ColState: one value per column of each batch
+// (Adafactor's col_var, see col_state()); the others have one value per element.
+enum class Role : uint8_t { Param, Grad, State, RowState, ColState };
+std::string_view role_name(Role r);  // "param", "grad", "state", "row_state", "col_state"
 
 using NodeId = int32_t;
 
@@ -123,6 +128,13 @@ class Graph {
   // every element of a row (built from row reductions, other row state and uniforms only).
   Value row_state(const std::string& name, DType t = DType::F32) {
     return input(Role::RowState, name, t);
+  }
+  // State with one value per column of each batch (see the top of this file), batch after
+  // batch: read, every element of a batch's column sees that value; an output replacing it must
+  // be the same for every element of a batch's column (built from column reductions, other
+  // column state and uniforms only).
+  Value col_state(const std::string& name, DType t = DType::F32) {
+    return input(Role::ColState, name, t);
   }
   Value input(Role role, const std::string& name, DType t);
   Value scalar(const std::string& name, DType t = DType::F32);
@@ -210,19 +222,28 @@ Value row_sum(Value a);
 Value row_mean(Value a);
 Value row_max(Value a);
 Value row_min(Value a);
+Value col_sum(Value a);
+Value col_mean(Value a);
+Value col_max(Value a);
+Value col_min(Value a);
 // Common statistics, built from the above: sum of squares, max |a|, and 1 if any element of `a`
 // is inf or NaN else 0 (all of a's dtype, uniform).
 Value sum_squares(Value a);
 Value max_abs(Value a);
 Value any_nonfinite(Value a);
 
-// Whether `g` uses per-row reductions or row state (its kernels then take KernelCall::cols) / any
-// reduction.
+// Whether `g` uses per-row reductions or row state (its kernels then take KernelCall::cols) /
+// column reductions or column state (its kernels then take cols and batch_rows: the factored
+// view) / any reduction.
 bool uses_rows(const Graph& g);
+bool uses_cols(const Graph& g);
+bool has_reductions(const Graph& g);
 // Why node `id` differs within a row: the per-element input (or round_sr) it depends on other
 // than through a row reduction; null if it is the same for every element of a row.
 const Node* per_element(const Graph& g, NodeId id);
-bool has_reductions(const Graph& g);
+// The same within a batch's column: the input (or round_sr) it depends on other than through a
+// column reduction or column state; null if it is the same for every element of a column.
+const Node* per_element_in_column(const Graph& g, NodeId id);
 
 // ---- Textual form -------------------------------------------------------------------------
 // print() writes a graph as text; parse() reads it back (parse(print(g)) is structurally g).
@@ -278,15 +299,17 @@ Hash128 structural_hash(const Graph& g);
 // Evaluates the graph element-wise in double precision (a plain interpreter, the reference for
 // tests): `tensors` maps input names to per-element values, `scalars` maps scalar names to values.
 // Returns each output's values keyed by the name it replaces. `cols`: the row length for per-row
-// graphs (the element count must be a multiple of it); row state is given and returned as one
-// value per row.
+// and per-column graphs (the element count must be a multiple of it); row state is given and
+// returned as one value per row. `batch_rows`: the rows of one batch for per-column graphs (0:
+// one batch of every row; the row count must be a multiple of it); column state is given and
+// returned as one value per column of each batch, batch after batch.
 std::map<std::string, std::vector<double>> interpret(
     const Graph& g, const std::map<std::string, std::vector<double>>& tensors,
-    const std::map<std::string, double>& scalars, int64_t cols = 0);
+    const std::map<std::string, double>& scalars, int64_t cols = 0, int64_t batch_rows = 0);
 
 // The same evaluation, returning the graph's results by name.
 std::map<std::string, double> interpret_results(
     const Graph& g, const std::map<std::string, std::vector<double>>& tensors,
-    const std::map<std::string, double>& scalars, int64_t cols = 0);
+    const std::map<std::string, double>& scalars, int64_t cols = 0, int64_t batch_rows = 0);
 
 }  // namespace optfuse

@@ -28,6 +28,7 @@ struct KernelSignature {
     std::string replaces;  // the tensor input it overwrites
     DType dtype;
     bool row_state = false;  // it replaces row state: one value per row
+    bool col_state = false;  // it replaces column state: one value per column of each batch
   };
   struct ResultArg {
     std::string name;
@@ -36,12 +37,17 @@ struct KernelSignature {
   std::vector<TensorArg> inputs;   // canonical order
   std::vector<ScalarArg> scalars;  // canonical order
   // Those replacing per-element inputs sorted by that input's name, then those replacing row
-  // state (Role::RowState), sorted the same way.
+  // state (Role::RowState), then those replacing column state (Role::ColState), each sorted the
+  // same way.
   std::vector<OutputArg> outputs;
   std::vector<ResultArg> results;  // sorted by name
-  // The graph has per-row reductions (row_sum, row_mean, ...) or row state: calls give
-  // KernelCall::cols.
+  // The graph has per-row reductions (row_sum, row_mean, ...) or row state, or is per_col: calls
+  // give KernelCall::cols.
   bool per_row = false;
+  // The graph has column reductions (col_sum, col_mean, ...) or column state: calls give
+  // KernelCall::cols and KernelCall::batch_rows, and run as one call (a column reduces over the
+  // rows of its batch): at most 2^30 elements.
+  bool per_col = false;
   // The graph has whole-tensor reductions (reduce_sum, ...): one call reduces at most 2^30
   // elements (Halide's int32 extents; longer calls of other kernels run in slices).
   bool reduces = false;
@@ -65,6 +71,11 @@ struct KernelCall {
   // viewed as [n / cols, cols], row-major, and row state (Role::RowState) inputs and outputs
   // hold n / cols values. Ignored by other kernels.
   int64_t cols = 0;
+  // Kernels with signature.per_col: the rows of one batch (a matrix; 0: one batch of all
+  // n / cols rows; else it must divide them): the view is cut into n / (cols * batch_rows)
+  // batches, and column state (Role::ColState) inputs and outputs hold cols values per batch,
+  // batch after batch. Ignored by other kernels.
+  int64_t batch_rows = 0;
   // Kernels with signature.results: where run() writes them, signature.results.size() doubles
   // in signature.results order. For n == 0 the reductions give their empty values (sum 0,
   // mean NaN, max -inf, min +inf).

@@ -57,7 +57,8 @@ void optfuse_engine_destroy(optfuse_engine* engine);
 int optfuse_engine_counters(const optfuse_engine* engine, optfuse_counters* out);
 
 /* config_json: {"type": one of "sgd", "adam", "adamw", "adagrad", "rmsprop", "adamax", "nadam",
- * "radam", "adadelta", "asgd", "rprop", "muon" (torch.optim class names, any case) or "lion",
+ * "radam", "adadelta", "asgd", "rprop", "adafactor" (torch.optim class names, any case; a param
+ * of 2 or more dims needs its shape: Adafactor factors over its last two), "muon" or "lion",
  * "lamb", "lars", and that optimizer's torch.optim options as defaults}. */
 int optfuse_optimizer_create(optfuse_engine* engine, const char* config_json,
                              optfuse_optimizer** out);
@@ -98,8 +99,8 @@ int optfuse_optimizer_add_group_typed(optfuse_optimizer* opt, size_t n, void* co
  * after waiting for the device. Host pointers to such an optimizer, device pointers to a CPU
  * engine's optimizer, and a mix of both are errors (OPTFUSE_ERR_INVALID, message naming the group
  * and tensor), as are the features not yet available on the device: clipping, loss scaling,
- * grad_centralization, LAMB, LARS, sparse gradients, bf16 params and "state_dtype": "bf16" or
- * "int8" (f16 params and 16-bit grads work). */
+ * grad_centralization, LAMB, LARS, Adafactor, sparse gradients, bf16 params and "state_dtype":
+ * "bf16" or "int8" (f16 params and 16-bit grads work). */
 int optfuse_optimizer_add_group_device(optfuse_optimizer* opt, size_t n, void* const* params,
                                        optfuse_dtype param_dtype, void* const* grads,
                                        optfuse_dtype grad_dtype, const int64_t* numels,

@@ -138,9 +138,10 @@ void decode_8bit_state(const std::string& name, int64_t block, const uint8_t* co
 // grad_scale); the statistics and accumulation micro-step kernels are not included. `numel`
 // is the tensor's size, which matters only with "state_dtype": "int8": a tensor of at least
 // min_8bit_size elements runs the 8-bit graph, a smaller one the f32-state graph; 0 (the
-// default) stands for a large tensor.
+// default) stands for a large tensor. `ndim` is its number of dims, which matters only for a
+// rule with a factored update (Adafactor): tensors of 2 or more dims run that graph.
 Graph update_graph(const Options& config, const Options& overrides = {}, DType param = DType::F32,
-                   DType grad = DType::F32, int64_t numel = 0);
+                   DType grad = DType::F32, int64_t numel = 0, int ndim = 1);
 
 // ---- Custom optimizers ----------------------------------------------------------------------
 // A user-defined update rule served exactly like the built-ins: its graph is normalized (idioms,
@@ -231,18 +232,20 @@ struct StepArgs {
 //     is the same, so state saved on a GPU loads on the CPU and back;
 //   * not yet on device tensors (Error at create / add_param_group / set naming the feature, all
 //     in src/optim/device_support.cpp): anything that needs a reduction kernel (clipping, loss
-//     scaling, gradient centralization, LAMB, LARS, custom rules with reductions) and row-sparse
-//     gradients (sparseadam / lazyadam). Gradient accumulation (its buffers on the device),
-//     bf16 and f16 params (master copies made by a kernel on the device), "state_dtype": "bf16"
-//     (bf16 stores as integer rounding in the lowering, src/lower/bf16.h) and bf16 / f16 grads
-//     work as on the CPU (compiled and assembled for sm_80 / sm_90; not yet run on a GPU).
+//     scaling, gradient centralization, LAMB, LARS, Adafactor, custom rules with reductions) and
+//     row-sparse gradients (sparseadam / lazyadam). Gradient accumulation (its buffers on the
+//     device), bf16 and f16 params (master copies made by a kernel on the device), "state_dtype":
+//     "bf16" (bf16 stores as integer rounding in the lowering, src/lower/bf16.h) and bf16 / f16
+//     grads work as on the CPU (compiled and assembled for sm_80 / sm_90; not yet run on a GPU).
 class Optimizer {
  public:
   // `config` holds "type" (torch.optim's class name in any case: "sgd", "adam", "adamw",
-  // "adagrad", "rmsprop", "adamax", "nadam", "radam", "adadelta", "asgd", "rprop", "muon" (see
-  // NewtonSchulz below); or one torch lacks: "lion", "lamb" (apex FusedLAMB), "lars" (torchlars
-  // over SGD), whose trust ratios come from per-tensor norms reduced in the same kernel) and
-  // optional defaults for every group, e.g. {"type":"adamw","lr":1e-3,"betas":[0.9,0.999]}.
+  // "adagrad", "rmsprop", "adamax", "nadam", "radam", "adadelta", "asgd", "rprop", "adafactor"
+  // (its params of two or more dims factor their second moment over their last two dims: give
+  // TensorRef::shape; without one a param is a vector), "muon" (see NewtonSchulz below); or one
+  // torch lacks: "lion", "lamb" (apex FusedLAMB), "lars" (torchlars over SGD), whose trust
+  // ratios come from per-tensor norms reduced in the same kernel) and optional defaults for every
+  // group, e.g. {"type":"adamw","lr":1e-3,"betas":[0.9,0.999]}.
   static std::unique_ptr<Optimizer> create(Engine& engine, const Options& config);
   ~Optimizer();
 
@@ -324,7 +327,12 @@ class Optimizer {
     double initial;    // the value a new buffer holds (rounded to dtype once)
     bool from_param;   // a new buffer holds the param's values instead (the master copy)
     int64_t numel;     // its elements: the param's, or for 8-bit state's scales ("<name>.absmax")
-                       // one per block; 0 in the group's spec, which knows no tensor
+                       // one per block, for Adafactor's row_var (col_var) one per row (column)
+                       // of each matrix of the param's last two dims; 0 in the group's spec,
+                       // which knows no tensor
+    // Its shape, as torch keeps it: the param's; Adafactor's row_var and col_var the param's
+    // with the last (second-to-last) dim 1; 8-bit scales {numel}. Empty in the group's spec.
+    std::vector<int64_t> shape;
   };
   // The buffers the next step of `group` reads and writes, for its current options and dtypes
   // (resolving its kernel, which may compile; it changes when set() changes the structure).
@@ -363,7 +371,9 @@ class Optimizer {
   std::vector<KernelUse> kernel_uses() const;
 
   // Bytes each step() reads plus writes (params, grads, state, master copies, each in its own
-  // dtype; a 16-bit param is written but not read), for bandwidth figures.
+  // dtype; a 16-bit param is written but not read), for bandwidth figures: one pass over each.
+  // (Updates that reduce read some of them again: LAMB and LARS their inputs for the norms,
+  // Adafactor its grad three times and its param twice.)
   int64_t bytes_per_step() const;
 
   struct Impl;

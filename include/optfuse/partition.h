@@ -13,10 +13,14 @@
 //   * a whole-tensor reduction is a prologue stage of the kernel whose element-wise stage uses
 //     it (every tensor of a graph has the same element count, so the operand and the consumer
 //     always agree on the tensor size); per-row reductions likewise, computed per row;
+//     per-column reductions likewise, each a stage over the whole tensor. A region with
+//     per-column reductions or column state is staged (src/lower/README.md): every reduction
+//     in it is a stage of the one kernel, computed in dependency order, so a whole-tensor
+//     reduction may use row and column reductions there (Adafactor's update RMS);
 //   * cut points: opaque ops (an external call is never inside a kernel: it runs between two),
-//     and whole-tensor reductions in a region that also has per-row reductions (one kernel
-//     cannot do both yet: the reduction runs first in a statistics kernel and reaches the
-//     update as a scalar);
+//     and whole-tensor reductions in a region that has per-row reductions but is not staged
+//     (its per-row kernel computes rows inside the update's row loop: the reduction runs first
+//     in a statistics kernel and reaches the update as a scalar);
 //   * a value needed on both sides of a cut is recomputed when it is element-wise (cheaper than
 //     a pass over memory) and passed across when it is the result of a reduction (a scalar) or
 //     of an opaque op (a tensor the caller materializes).
@@ -34,6 +38,7 @@ struct FusionDecision {
     ElementwiseChain,   // element-wise into element-wise: same loop
     ReductionPrologue,  // whole-tensor reduction into its consumer: root stage of one pipeline
     RowPrologue,        // per-row reduction into its consumer: per-row stage of one pipeline
+    ColumnPrologue,     // per-column reduction into its consumer: a stage of one pipeline
     OpaqueProducer,     // an opaque op's result: computed outside, an input of the next kernel
     OpaqueConsumer,     // an opaque op's operand: written by the kernel before it
     ReductionCut,       // whole-tensor reduction into another kernel (one with per-row

@@ -315,16 +315,19 @@ NB_MODULE(_core, m) {
       .def(
           "state_spec",
           [](PyOptimizer& o, size_t group, int64_t index) {
-            std::vector<std::tuple<std::string, std::string, double, bool, int64_t>> out;
+            std::vector<
+                std::tuple<std::string, std::string, double, bool, int64_t, std::vector<int64_t>>>
+                out;
             for (const auto& s : index < 0 ? o.opt->state_spec(group)
                                            : o.opt->state_spec(group, static_cast<size_t>(index)))
               out.emplace_back(s.name, std::string(optfuse::dtype_name(s.dtype)), s.initial,
-                               s.from_param, s.numel);
+                               s.from_param, s.numel, s.shape);
             return out;
           },
           nb::arg("group"), nb::arg("index") = -1,
-          "(name, dtype, initial, from_param, numel) of each state buffer: the group's, or with "
-          "`index` the tensor's (8-bit state has codes and per-block scales).")
+          "(name, dtype, initial, from_param, numel, shape) of each state buffer: the group's, or "
+          "with `index` the tensor's (8-bit state has codes and per-block scales; Adafactor's "
+          "row_var and col_var have torch's shapes, the param's with a dim of 1).")
       .def("bind_state",
            [](PyOptimizer& o, size_t group, size_t index, const std::string& name, uintptr_t ptr,
               int64_t numel, const std::string& dtype, bool fresh) {

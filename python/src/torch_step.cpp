@@ -19,7 +19,7 @@ bool same_spec(const std::vector<Optimizer::StateSpec>& a,
                const std::vector<Optimizer::StateSpec>& b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
     return x.name == y.name && x.dtype == y.dtype && x.initial == y.initial &&
-           x.from_param == y.from_param && x.numel == y.numel;
+           x.from_param == y.from_param && x.numel == y.numel && x.shape == y.shape;
   });
 }
 

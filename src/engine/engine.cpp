@@ -52,7 +52,7 @@ void check_cluster(const Cluster& c, const std::string& graph) {
     if (op_has(n.op, kReduce) && !whole) whole = &n;
     if (op_has(n.op, kRowReduce) && !row) row = &n;
   }
-  if (whole && row)
+  if (whole && row && !uses_cols(c.graph))  // (staged kernels compute both: lower/staged.h)
     throw Error("graph \"" + graph + "\": a whole-tensor reduction (" +
                 std::string(op_name(whole->op)) + ") of a value that needs a per-row reduction (" +
                 std::string(op_name(row->op)) +
@@ -128,7 +128,7 @@ struct Engine::Impl {
       if (c.kind == Cluster::Kind::Kernel) check_cluster(c, name);
     for (const Cluster& c : p.clusters) {
       if (c.kind != Cluster::Kind::Kernel) {
-        out.push_back({});
+        out.emplace_back();
         continue;
       }
       Graph cg = canonicalize(c.graph);

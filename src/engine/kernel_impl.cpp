@@ -100,8 +100,9 @@ void check_call_arguments(const KernelSignature& sig, const std::string& kernel,
     throw Error("kernel \"" + kernel + "\" has " + std::to_string(sig.results.size()) +
                 " results (first \"" + sig.results[0].name +
                 "\"): the call needs KernelCall::results");
-  // (Row state makes a kernel per-row: other kernels' calls skip the loop.)
-  if (sig.per_row && call.cols > kMaxRowStateCols)
+  // (Row state makes a kernel per-row: other kernels' calls skip the loop. Staged kernels keep
+  // no row on the stack.)
+  if (sig.per_row && !sig.per_col && call.cols > kMaxRowStateCols)
     for (const auto& in : sig.inputs)
       if (in.role == Role::RowState)
         throw Error("kernel \"" + kernel + "\" has row state (\"" + in.name +
@@ -111,6 +112,11 @@ void check_call_arguments(const KernelSignature& sig, const std::string& kernel,
     throw Error(
         "kernel \"" + kernel + "\" reduces per row: KernelCall::cols must be in [1, 2^31) " +
         "and divide n = " + std::to_string(call.n) + ", got cols = " + std::to_string(call.cols));
+  if (sig.per_col && (call.batch_rows < 0 || call.batch_rows > INT32_MAX ||
+                      (call.batch_rows > 0 && (call.n / call.cols) % call.batch_rows != 0)))
+    throw Error("kernel \"" + kernel + "\" reduces per column: KernelCall::batch_rows must be 0 " +
+                "or divide the " + std::to_string(call.n / call.cols) + " rows, got " +
+                std::to_string(call.batch_rows));
 }
 
 KernelImpl::KernelImpl(KernelSignature signature, std::string key, std::string name,
@@ -142,9 +148,10 @@ void KernelImpl::check(const KernelCall& call) const {
     throw Error("kernel \"" + name_ +
                 "\" runs on the CPU: its call needs host pointers, not CUDA "
                 "device pointers (KernelCall::device = true)");
-  if (signature_.reduces && call.n > kMaxSlice)
-    throw Error("kernel \"" + name_ + "\" reduces whole tensors: one call covers at most 2^30 " +
-                "elements, got n = " + std::to_string(call.n));
+  if ((signature_.reduces || signature_.per_col) && call.n > kMaxSlice)
+    throw Error("kernel \"" + name_ + "\" reduces " +
+                (signature_.reduces ? "whole tensors" : "columns") +
+                ": one call covers at most 2^30 elements, got n = " + std::to_string(call.n));
   if (call.n == 0) return;
   for (size_t i = 0; i < call.inputs.size(); ++i)
     if (!call.inputs[i])
@@ -195,8 +202,10 @@ void KernelImpl::run(const KernelCall& call) const {
     for (void*& p : empty.inputs) p = stand_in;
     for (void*& p : empty.outputs) p = stand_in;
     empty.cols = 1;
+    empty.batch_rows = 1;
     return run_slice(empty, scalars, 0, 1, /*empty=*/true);
   }
+  if (signature_.per_col) return run_slice(call, scalars, 0, call.n);  // one slice, checked
   // Per-row kernels slice on whole rows (rows are independent); reducing kernels are one slice.
   int64_t step =
       signature_.per_row ? std::max<int64_t>(1, kMaxSlice / call.cols) * call.cols : kMaxSlice;
@@ -232,42 +241,55 @@ void KernelImpl::run_slice(const KernelCall& call, const ScalarValue* scalars, i
       halide_dimension_t(0, static_cast<int32_t>(rows ? cols : n), 1),
       halide_dimension_t(0, static_cast<int32_t>(rows ? n / cols : 1), static_cast<int32_t>(cols))};
   const int dimensions = rows ? 2 : 1;
-  // Row state: one value per row, 1-D.
+  // Row state: one value per row, 1-D. Column state (staged kernels, one slice): cols values per
+  // batch, [cols, batches].
   halide_dimension_t row_dims[1] = {
       halide_dimension_t(0, static_cast<int32_t>(rows ? n / cols : 1), 1)};
   const int64_t row_offset = rows ? offset / cols : 0;
+  const int64_t batch_rows = call.batch_rows > 0 ? call.batch_rows : std::max<int64_t>(n / cols, 1);
+  halide_dimension_t col_dims[2] = {
+      halide_dimension_t(0, static_cast<int32_t>(cols), 1),
+      halide_dimension_t(0, static_cast<int32_t>(std::max<int64_t>(n / cols / batch_rows, 1)),
+                         static_cast<int32_t>(cols))};
+  // A tensor input's or output's buffer: element, row or column state.
+  auto tensor_buffer = [&](void* slot, void* data, DType t, bool row_state, bool col_state) {
+    if (row_state) return init_buffer(slot, data, row_offset, t, row_dims, device_interface_, 1);
+    if (col_state) return init_buffer(slot, data, 0, t, col_dims, device_interface_, 2);
+    return init_buffer(slot, data, offset, t, dims, device_interface_, dimensions);
+  };
   // Raw slots, filled as used: an array of halide_buffer_t would run halide_type_t's constructor
   // for all of its slots (about 10 KB of stack written per call, a measurable share of a call on
   // a 1K-element tensor).
   union Slot {
     halide_buffer_t buffer;
     Slot() {}
-  } slots[2 * kMaxTensors + kMaxResults];
+  } slots[2 * kMaxTensors + kMaxResults + 1];
   size_t b = 0, a = 1;
   auto next_slot = [&]() -> void* { return &slots[b++].buffer; };
-  void* args[3 + 2 * kMaxTensors + kMaxScalars + kMaxResults];
+  void* args[5 + 2 * kMaxTensors + kMaxScalars + kMaxResults];
   // A serial call is one task: a per-row or reducing kernel's single-task loop (chunk >= n), a
   // flat one's streaming loop (chunk < 0, lower.h).
   int32_t chunk = empty ? 0 : static_cast<int32_t>(chunk_elems > 0 ? chunk_elems : chunk_for(n));
   if (call.serial && !empty) chunk = rows || signature_.reduces ? static_cast<int32_t>(n) : -1;
-  int32_t cols32 = static_cast<int32_t>(cols);
+  int32_t cols32 = static_cast<int32_t>(cols), batch_rows32 = static_cast<int32_t>(batch_rows);
   for (size_t i = 0; i < signature_.inputs.size(); ++i) {
-    const bool row_state = signature_.inputs[i].role == Role::RowState;
-    args[a++] = init_buffer(next_slot(), call.inputs[i], row_state ? row_offset : offset,
-                            signature_.inputs[i].dtype, row_state ? row_dims : dims,
-                            device_interface_, row_state ? 1 : dimensions);
+    const Role role = signature_.inputs[i].role;
+    args[a++] = tensor_buffer(next_slot(), call.inputs[i], signature_.inputs[i].dtype,
+                              role == Role::RowState, role == Role::ColState);
   }
   for (size_t i = 0; i < signature_.scalars.size(); ++i)
     args[a++] = const_cast<ScalarValue*>(&scalars[i]);
   args[a++] = &chunk;
   if (rows) args[a++] = &cols32;
+  if (signature_.per_col) args[a++] = &batch_rows32;
   for (size_t i = 0; i < signature_.results.size(); ++i)
     args[a++] = init_result_buffer(next_slot(), call.results + i);
+  double fence = 0;  // staged kernels' extra result (lower/staged.h)
+  if (signature_.per_col) args[a++] = init_result_buffer(next_slot(), &fence);
   for (size_t i = 0; i < signature_.outputs.size(); ++i) {
-    const bool row_state = signature_.outputs[i].row_state;
-    args[a++] = init_buffer(next_slot(), call.outputs[i], row_state ? row_offset : offset,
-                            signature_.outputs[i].dtype, row_state ? row_dims : dims,
-                            device_interface_, row_state ? 1 : dimensions);
+    const auto& out = signature_.outputs[i];
+    args[a++] =
+        tensor_buffer(next_slot(), call.outputs[i], out.dtype, out.row_state, out.col_state);
   }
   session_->call(fn_, args, name_, {cuda_context_, call.cuda_stream});
 }

@@ -125,6 +125,10 @@ double eval_op(Op op, DType t, const double* a) {
     case Op::RowMean:
     case Op::RowMax:
     case Op::RowMin:
+    case Op::ColSum:
+    case Op::ColMean:
+    case Op::ColMax:
+    case Op::ColMin:
     case Op::Input:
     case Op::Scalar:
     case Op::Const:
@@ -133,19 +137,20 @@ double eval_op(Op op, DType t, const double* a) {
   internal_error("eval_op: " + std::string(op_name(op)) + " is not an element-wise operation");
 }
 
-double reduce(Op op, const double* v, size_t count) {
-  bool is_max = op == Op::ReduceMax || op == Op::RowMax;
-  bool is_min = op == Op::ReduceMin || op == Op::RowMin;
+double reduce(Op op, const double* v, size_t count, size_t stride) {
+  bool is_max = op == Op::ReduceMax || op == Op::RowMax || op == Op::ColMax;
+  bool is_min = op == Op::ReduceMin || op == Op::RowMin || op == Op::ColMin;
   double acc = is_max ? -HUGE_VAL : is_min ? HUGE_VAL : 0.0;
   for (size_t i = 0; i < count; ++i) {
     if (is_max || is_min) {
-      const double args[2] = {acc, v[i]};
+      const double args[2] = {acc, v[i * stride]};
       acc = eval_op(is_max ? Op::Max : Op::Min, DType::F64, args);  // NaN-propagating
     } else {
-      acc += v[i];
+      acc += v[i * stride];
     }
   }
-  if (op == Op::ReduceMean || op == Op::RowMean) acc /= static_cast<double>(count);
+  if (op == Op::ReduceMean || op == Op::RowMean || op == Op::ColMean)
+    acc /= static_cast<double>(count);
   return acc;
 }
 

@@ -25,8 +25,9 @@ uint32_t round_sr_bits(uint32_t key, uint32_t index);
 // round_sr (graph.h): x rounded to f32 (the operand's dtype), then its bits + the random bits,
 // truncated to bf16. NaN stays NaN; values within an ulp of the largest bf16 may round to inf.
 double round_sr(double x, uint32_t key, uint32_t index);
-// Reduces `count` values with reduction op `op` (reduce_* or row_*) in double, unrounded: the
-// sum, the mean, or the NaN-propagating max / min (-inf / +inf for no values).
-double reduce(Op op, const double* values, size_t count);
+// Reduces `count` values `stride` apart with reduction op `op` (reduce_*, row_* or col_*) in
+// double, unrounded: the sum, the mean, or the NaN-propagating max / min (-inf / +inf for no
+// values).
+double reduce(Op op, const double* values, size_t count, size_t stride = 1);
 
 }  // namespace optfuse::graph_detail

@@ -97,7 +97,7 @@ void check_structure(const Graph& g, const Node& n) {
       throw Error("opaque: the name of the external computation must not be empty");
     check_name(n.name, "opaque name");
   }
-  if (op_has(n.op, kReduce | kRowReduce) && !g.node(n.args[0]).is_tensor)
+  if (op_has(n.op, kReduce | kRowReduce | kColReduce) && !g.node(n.args[0]).is_tensor)
     throw Error(op + ": operand 1 (%" + std::to_string(n.args[0]) +
                 ") is uniform, the same for every element; only per-element values are reduced");
   if (n.op == Op::Input || n.op == Op::Scalar) {
@@ -229,11 +229,20 @@ void Graph::output(const std::string& replaces, Value v) {
     throw Error(what + "the value has dtype " + dt_str(got) + " but the input has " + dt_str(want));
   for (const Output& o : outputs_)
     if (o.replaces == replaces) throw Error(what + "the input is already replaced");
+  auto through = [](const Node* why) {
+    return why->op == Op::Input ? std::string(role_name(why->role)) + " " + quoted(why->name)
+                                : std::string(op_name(why->op));
+  };
   if (const Node* why = node(target).role == Role::RowState ? per_element(*this, v.id()) : nullptr)
     throw Error(what + "the input is row state, and the value differs within a row (through " +
-                (why->op == Op::Input ? std::string(role_name(why->role)) + " " + quoted(why->name)
-                                      : std::string(op_name(why->op))) +
+                through(why) +
                 "); build it from row reductions (row_max, ...), other row state and uniforms");
+  if (const Node* why =
+          node(target).role == Role::ColState ? per_element_in_column(*this, v.id()) : nullptr)
+    throw Error(what + "the input is column state, and the value differs within a column " +
+                "(through " + through(why) +
+                "); build it from column reductions (col_mean, ...), other column state and " +
+                "uniforms");
   outputs_.push_back({replaces, v.id()});
 }
 
@@ -258,14 +267,26 @@ bool uses_rows(const Graph& g) {
   return false;
 }
 
-const Node* per_element(const Graph& g, NodeId id) {
+bool uses_cols(const Graph& g) {
+  for (const Node& n : g.nodes())
+    if (op_has(n.op, kColReduce) || (n.op == Op::Input && n.role == Role::ColState)) return true;
+  return false;
+}
+
+namespace {
+
+// Why node `id` differs within a row (`reduce` kRowReduce, `state` RowState) or within a batch's
+// column (kColReduce, ColState): the first input or round_sr it depends on other than through
+// such a reduction or state. A reduction of the other kind inherits its operand's answer (a
+// column mean of a row-level value is the same for the whole batch).
+const Node* varies_within(const Graph& g, NodeId id, unsigned reduce, Role state) {
   // Operands precede their users (nodes are built bottom-up), so one forward pass decides all.
   std::vector<const Node*> why(static_cast<size_t>(id) + 1, nullptr);
   for (NodeId i = 0; i <= id; ++i) {
     const Node& n = g.node(i);
-    if (!n.is_tensor || op_has(n.op, kRowReduce)) continue;
+    if (!n.is_tensor || op_has(n.op, reduce)) continue;
     if (n.op == Op::Input || n.op == Op::RoundSR) {
-      why[i] = n.op == Op::Input && n.role == Role::RowState ? nullptr : &n;
+      why[i] = n.op == Op::Input && n.role == state ? nullptr : &n;
       continue;
     }
     for (NodeId a : n.args)
@@ -274,9 +295,19 @@ const Node* per_element(const Graph& g, NodeId id) {
   return why[id];
 }
 
+}  // namespace
+
+const Node* per_element(const Graph& g, NodeId id) {
+  return varies_within(g, id, kRowReduce, Role::RowState);
+}
+
+const Node* per_element_in_column(const Graph& g, NodeId id) {
+  return varies_within(g, id, kColReduce, Role::ColState);
+}
+
 bool has_reductions(const Graph& g) {
   for (const Node& n : g.nodes())
-    if (op_has(n.op, kReduce | kRowReduce)) return true;
+    if (op_has(n.op, kReduce | kRowReduce | kColReduce)) return true;
   return false;
 }
 
@@ -341,6 +372,10 @@ Value row_sum(Value a) { return build(Op::RowSum, {a}); }
 Value row_mean(Value a) { return build(Op::RowMean, {a}); }
 Value row_max(Value a) { return build(Op::RowMax, {a}); }
 Value row_min(Value a) { return build(Op::RowMin, {a}); }
+Value col_sum(Value a) { return build(Op::ColSum, {a}); }
+Value col_mean(Value a) { return build(Op::ColMean, {a}); }
+Value col_max(Value a) { return build(Op::ColMax, {a}); }
+Value col_min(Value a) { return build(Op::ColMin, {a}); }
 
 Value sum_squares(Value a) { return reduce_sum(a * a); }
 Value max_abs(Value a) { return reduce_max(abs(a)); }

@@ -25,17 +25,45 @@ void check_declared(const Graph& g, const Map& given, Op op, const char* kind) {
 }
 
 bool is_row_state(const Node& n) { return n.op == Op::Input && n.role == Role::RowState; }
+bool is_col_state(const Node& n) { return n.op == Op::Input && n.role == Role::ColState; }
+
+// The [rows, cols] view of per-row and per-column graphs, cut into batches of batch_rows rows.
+struct View {
+  size_t n = 0, cols = 0, batch_rows = 0;
+  size_t rows() const { return n / cols; }
+  size_t batches() const { return batch_rows ? rows() / batch_rows : 0; }
+  // Element i's row, and its column's index among the column values (batch-major).
+  size_t row_of(size_t i) const { return i / cols; }
+  size_t col_of(size_t i) const { return row_of(i) / batch_rows * cols + i % cols; }
+};
+
+// The view for element count `n`; Error naming `what` if cols (or batch_rows) does not fit it.
+View view_of(size_t n, int64_t cols, int64_t batch_rows, bool columns, const std::string& what) {
+  if (cols <= 0 || n % static_cast<size_t>(cols) != 0)
+    throw Error("interpret: " + what + " needs a row length (cols) > 0 that divides the element " +
+                "count " + std::to_string(n) + ", got cols = " + std::to_string(cols));
+  View v{n, static_cast<size_t>(cols), 0};
+  if (!columns) return v;
+  v.batch_rows = batch_rows > 0 ? static_cast<size_t>(batch_rows) : v.rows();
+  if (batch_rows < 0 || (v.batch_rows > 0 && v.rows() % v.batch_rows != 0))
+    throw Error("interpret: " + what + " needs batch_rows >= 0 dividing the row count " +
+                std::to_string(v.rows()) + ", got batch_rows = " + std::to_string(batch_rows));
+  return v;
+}
 
 // The element count shared by all per-element tensor inputs; every declared input must be given,
-// row state with one value per row of `cols` elements.
-size_t element_count(const Graph& g, const std::map<std::string, Values>& tensors, int64_t cols) {
+// row state with one value per row of `cols` elements, column state with one per column of each
+// batch.
+size_t element_count(const Graph& g, const std::map<std::string, Values>& tensors, int64_t cols,
+                     int64_t batch_rows) {
   const std::string* first = nullptr;
   size_t n = 1;
   for (const Node& node : g.nodes()) {
     if (node.op != Op::Input) continue;
-    if (is_row_state(node)) {
+    if (is_row_state(node) || is_col_state(node)) {
       if (tensors.find(node.name) == tensors.end())
-        throw Error("interpret: row state " + quoted(node.name) + " is missing");
+        throw Error("interpret: " + std::string(role_name(node.role)) + " " + quoted(node.name) +
+                    " is missing");
       continue;
     }
     auto it = tensors.find(node.name);
@@ -51,24 +79,23 @@ size_t element_count(const Graph& g, const std::map<std::string, Values>& tensor
     }
   }
   for (const Node& node : g.nodes()) {
-    if (!is_row_state(node)) continue;
-    if (cols <= 0 || n % static_cast<size_t>(cols) != 0)
-      throw Error("interpret: row state " + quoted(node.name) +
-                  " needs a row length (cols) > 0 that divides the element count " +
-                  std::to_string(n) + ", got cols = " + std::to_string(cols));
-    size_t rows = n / static_cast<size_t>(cols), got = tensors.at(node.name).size();
-    if (got != rows)
-      throw Error("interpret: row state " + quoted(node.name) + " has " + std::to_string(got) +
-                  " values but the tensors have " + std::to_string(rows) + " rows");
+    if (!is_row_state(node) && !is_col_state(node)) continue;
+    const std::string what = std::string(role_name(node.role)) + " " + quoted(node.name);
+    const View v = view_of(n, cols, batch_rows, is_col_state(node), what);
+    const size_t want = is_row_state(node) ? v.rows() : v.batches() * v.cols;
+    const size_t got = tensors.at(node.name).size();
+    if (got != want)
+      throw Error("interpret: " + what + " has " + std::to_string(got) + " values but the " +
+                  "tensors have " + std::to_string(want) +
+                  (is_row_state(node) ? " rows" : " columns (of every batch)"));
   }
   return n;
 }
 
-// Row values as per-element ones: every element of a row gets its row's value.
-Values per_element_values(const Values& rows, size_t cols) {
-  Values out;
-  out.reserve(rows.size() * cols);
-  for (double r : rows) out.insert(out.end(), cols, r);
+// Row or column values as per-element ones: every element gets its row's (column's) value.
+Values per_element_values(const Values& values, const View& v, bool columns) {
+  Values out(v.n);
+  for (size_t i = 0; i < v.n; ++i) out[i] = values[columns ? v.col_of(i) : v.row_of(i)];
   return out;
 }
 
@@ -104,45 +131,56 @@ Values evaluate(const Node& node, const std::vector<Values>& computed, size_t n)
 }
 
 // A reduction's operand is per-element (Graph checks it); its value has n elements unless n == 1.
-Values reduce(const Node& node, const Values& operand, size_t n, int64_t cols) {
+Values reduce(const Node& node, const Values& operand, size_t n, int64_t cols, int64_t batch_rows) {
   Values v = operand.size() == n ? operand : Values(n, operand[0]);
   if (op_has(node.op, kReduce))
     return {graph_detail::round_to_dtype(graph_detail::reduce(node.op, v.data(), n), node.dtype)};
-  if (cols <= 0 || n % static_cast<size_t>(cols) != 0)
-    throw Error("interpret: " + std::string(op_name(node.op)) + " needs a row length (cols) > 0 " +
-                "that divides the element count " + std::to_string(n) +
-                ", got cols = " + std::to_string(cols));
-  size_t c = static_cast<size_t>(cols);
+  const bool columns = op_has(node.op, kColReduce);
+  const View view = view_of(n, cols, batch_rows, columns, std::string(op_name(node.op)));
+  const size_t c = view.cols;
   Values out(n);
-  for (size_t row = 0; row < n / c; ++row) {
-    double r = graph_detail::reduce(node.op, v.data() + row * c, c);
-    std::fill(out.begin() + row * c, out.begin() + (row + 1) * c,
-              graph_detail::round_to_dtype(r, node.dtype));
+  if (!columns) {
+    for (size_t row = 0; row < view.rows(); ++row) {
+      double r = graph_detail::reduce(node.op, v.data() + row * c, c);
+      std::fill(out.begin() + row * c, out.begin() + (row + 1) * c,
+                graph_detail::round_to_dtype(r, node.dtype));
+    }
+    return out;
   }
-  return out;
+  Values per_column(view.batches() * c);
+  for (size_t b = 0; b < view.batches(); ++b)
+    for (size_t col = 0; col < c; ++col)
+      per_column[b * c + col] = graph_detail::round_to_dtype(
+          graph_detail::reduce(node.op, v.data() + b * view.batch_rows * c + col, view.batch_rows,
+                               c),
+          node.dtype);
+  return per_element_values(per_column, view, true);
 }
 
 // Every node's values, by node id.
 std::vector<Values> evaluate_all(const Graph& g, const std::map<std::string, Values>& tensors,
                                  const std::map<std::string, double>& scalars, int64_t cols,
-                                 size_t* count) {
+                                 int64_t batch_rows, size_t* count) {
   check_declared(g, tensors, Op::Input, "tensor input");
   check_declared(g, scalars, Op::Scalar, "scalar");
-  size_t n = element_count(g, tensors, cols);
+  size_t n = element_count(g, tensors, cols, batch_rows);
   *count = n;
   std::vector<Values> computed;
   for (const Node& node : g.nodes()) {
-    if (is_row_state(node))
+    if (is_row_state(node) || is_col_state(node))
       computed.push_back(
-          stored(per_element_values(tensors.at(node.name), static_cast<size_t>(cols)), node.dtype));
+          stored(per_element_values(tensors.at(node.name),
+                                    view_of(n, cols, batch_rows, is_col_state(node), node.name),
+                                    is_col_state(node)),
+                 node.dtype));
     else if (node.op == Op::Input)
       computed.push_back(stored(tensors.at(node.name), node.dtype));
     else if (node.op == Op::Scalar)
       computed.push_back(stored({scalar_value(scalars, node.name)}, node.dtype));
     else if (node.op == Op::Const)
       computed.push_back({node.value});
-    else if (op_has(node.op, kReduce | kRowReduce))
-      computed.push_back(reduce(node, computed[node.args[0]], n, cols));
+    else if (op_has(node.op, kReduce | kRowReduce | kColReduce))
+      computed.push_back(reduce(node, computed[node.args[0]], n, cols, batch_rows));
     else
       computed.push_back(evaluate(node, computed, n));
   }
@@ -153,17 +191,20 @@ std::vector<Values> evaluate_all(const Graph& g, const std::map<std::string, Val
 
 std::map<std::string, std::vector<double>> interpret(
     const Graph& g, const std::map<std::string, std::vector<double>>& tensors,
-    const std::map<std::string, double>& scalars, int64_t cols) {
+    const std::map<std::string, double>& scalars, int64_t cols, int64_t batch_rows) {
   size_t n = 0;
-  std::vector<Values> computed = evaluate_all(g, tensors, scalars, cols, &n);
+  std::vector<Values> computed = evaluate_all(g, tensors, scalars, cols, batch_rows, &n);
   std::map<std::string, Values> result;
   for (const Output& o : g.outputs()) {
     const Values& v = computed[o.value];
     Values all = v.size() == n ? v : Values(n, v[0]);
-    if (is_row_state(g.node(g.find_input(o.replaces)))) {  // one value per row
-      Values rows;
-      for (size_t i = 0; i < n; i += static_cast<size_t>(cols)) rows.push_back(all[i]);
-      all = std::move(rows);
+    const Node& replaced = g.node(g.find_input(o.replaces));
+    if (is_row_state(replaced) || is_col_state(replaced)) {  // one value per row (column)
+      const bool columns = is_col_state(replaced);
+      const View view = view_of(n, cols, batch_rows, columns, replaced.name);
+      Values values(columns ? view.batches() * view.cols : view.rows());
+      for (size_t i = 0; i < n; ++i) values[columns ? view.col_of(i) : view.row_of(i)] = all[i];
+      all = std::move(values);
     }
     result[o.replaces] = std::move(all);
   }
@@ -172,9 +213,9 @@ std::map<std::string, std::vector<double>> interpret(
 
 std::map<std::string, double> interpret_results(
     const Graph& g, const std::map<std::string, std::vector<double>>& tensors,
-    const std::map<std::string, double>& scalars, int64_t cols) {
+    const std::map<std::string, double>& scalars, int64_t cols, int64_t batch_rows) {
   size_t n = 0;
-  std::vector<Values> computed = evaluate_all(g, tensors, scalars, cols, &n);
+  std::vector<Values> computed = evaluate_all(g, tensors, scalars, cols, batch_rows, &n);
   std::map<std::string, double> result;
   for (const Result& r : g.results()) result[r.name] = computed[r.value].at(0);
   return result;

@@ -61,8 +61,11 @@ class Reader {
       role = Role::State;
     else if (role_text == "row_state")
       role = Role::RowState;
+    else if (role_text == "col_state")
+      role = Role::ColState;
     else
-      fail(at + "/role", "expected param, grad, state or row_state, got \"" + role_text + "\"");
+      fail(at + "/role",
+           "expected param, grad, state, row_state or col_state, got \"" + role_text + "\"");
     DType t = dtype(v, at);
     define(name, at, [&] { return g_.input(role, name, t).id(); });
   }

@@ -98,7 +98,7 @@ class Hoister {
     if (auto it = on_host_.find(id); it != on_host_.end()) return it->second;
     const Node& n = in_.node(id);
     bool host = n.op == Op::Scalar || n.op == Op::Const;
-    if (!op_has(n.op, kLeaf) && !n.is_tensor && !op_has(n.op, kReduce | kRowReduce)) {
+    if (!op_has(n.op, kLeaf) && !n.is_tensor && !op_has(n.op, kReduce | kRowReduce | kColReduce)) {
       host = true;
       for (NodeId a : n.args) host = host && on_host(a);
     }

@@ -72,6 +72,8 @@ std::string_view role_name(Role r) {
       return "state";
     case Role::RowState:
       return "row_state";
+    case Role::ColState:
+      return "col_state";
   }
   internal_error("role code " + std::to_string(static_cast<int>(r)) + " is out of range");
 }

@@ -74,6 +74,12 @@ class Partitioner {
   bool is_opaque(NodeId id) const { return node(id).op == Op::Opaque; }
   bool is_whole(NodeId id) const { return op_has(node(id).op, kReduce); }
   bool is_row(NodeId id) const { return op_has(node(id).op, kRowReduce); }
+  bool is_col(NodeId id) const { return op_has(node(id).op, kColReduce); }
+  bool reads_col_state(NodeId id) const {
+    for (NodeId a : node(id).args)
+      if (node(a).op == Op::Input && node(a).role == Role::ColState) return true;
+    return false;
+  }
   bool is_leaf(NodeId id) const { return op_has(node(id).op, kLeaf); }
 
   // Step 1. Nodes are numbered operands first (canonical form), so one forward sweep suffices.
@@ -84,11 +90,20 @@ class Partitioner {
       for (NodeId a : node(id).args) e = std::max(e, region_[a].epoch + (is_opaque(a) ? 1 : 0));
       region_[id].epoch = e;
     }
-    std::set<int> row_epochs;
-    for (size_t id = 0; id < n; ++id)
-      if (is_row(static_cast<NodeId>(id))) row_epochs.insert(region_[id].epoch);
-    // A whole-tensor reduction is cut from its consumers when they are in a region with per-row
-    // reductions, or in a later epoch (after an opaque op): its value then crosses as a scalar.
+    // Epochs with per-column reductions or column state lower as staged kernels (every
+    // reduction a stage of one kernel); of the others, those with per-row reductions compute
+    // them in the update's row loop.
+    std::set<int> row_epochs, staged_epochs;
+    for (size_t id = 0; id < n; ++id) {
+      const NodeId i = static_cast<NodeId>(id);
+      if (is_row(i)) row_epochs.insert(region_[id].epoch);
+      if (is_col(i) || reads_col_state(i)) staged_epochs.insert(region_[id].epoch);
+    }
+    for (int e : staged_epochs) row_epochs.erase(e);
+    staged_epochs_ = staged_epochs;
+    // A whole-tensor reduction is cut from its consumers when they are in a per-row region that
+    // is not staged, or in a later epoch (after an opaque op): its value then crosses as a
+    // scalar.
     cut_.assign(n, false);
     for (size_t id = 0; id < n; ++id) {
       if (!is_whole(static_cast<NodeId>(id))) continue;
@@ -193,13 +208,17 @@ class Partitioner {
   }
 
   std::string summary(const std::vector<NodeId>& nodes, const std::vector<Root>& roots) const {
-    int elementwise = 0, whole = 0, rows = 0, outputs = 0, results = 0, crossing = 0;
-    for (NodeId id : nodes) (is_whole(id) ? whole : is_row(id) ? rows : elementwise) += 1;
+    int elementwise = 0, whole = 0, rows = 0, cols = 0, outputs = 0, results = 0, crossing = 0;
+    for (NodeId id : nodes)
+      (is_whole(id) ? whole : is_row(id) ? rows : is_col(id) ? cols : elementwise) += 1;
     for (const Root& r : roots)
       (r.kind == Root::Output ? outputs : r.kind == Root::Result ? results : crossing) += 1;
     std::string s = std::to_string(elementwise) + " element-wise op(s)";
     if (whole) s += ", " + std::to_string(whole) + " whole-tensor reduction(s) as prologue";
-    if (rows) s += ", " + std::to_string(rows) + " per-row reduction(s) computed per row";
+    if (rows)
+      s += ", " + std::to_string(rows) + " per-row reduction(s) computed " +
+           (cols ? "as stages" : "per row");
+    if (cols) s += ", " + std::to_string(cols) + " per-column reduction(s) as stages";
     s += "; writes " + std::to_string(outputs) + " output(s), " + std::to_string(results) +
          " result(s)";
     if (crossing) s += ", " + std::to_string(crossing) + " value(s) for later clusters";
@@ -265,8 +284,17 @@ class Partitioner {
                "element-wise loop of the same pipeline");
     if (is_row(a))
       return d(Verdict::Fuse, Why::RowPrologue,
-               "per-row reduction: computed at the start of each row, inside the same pipeline");
-    if (is_whole(n) || is_row(n))
+               staged_epochs_.count(region_[a].epoch)
+                   ? "per-row reduction: a stage computed before its users (in the loop over "
+                     "rows of a column reduction of the same value, if any), inside the same "
+                     "pipeline"
+                   : "per-row reduction: computed at the start of each row, inside the same "
+                     "pipeline");
+    if (is_col(a))
+      return d(Verdict::Fuse, Why::ColumnPrologue,
+               "per-column reduction: a stage over the whole tensor computed before its users, "
+               "inside the same pipeline");
+    if (is_whole(n) || is_row(n) || is_col(n))
       return d(Verdict::Fuse, Why::ElementwiseChain,
                "element-wise operand of the reduction: computed inside the reduction's loop, no "
                "memory traffic");
@@ -277,6 +305,7 @@ class Partitioner {
   std::vector<Region> region_;
   std::vector<std::vector<NodeId>> consumers_;
   std::vector<bool> cut_;
+  std::set<int> staged_epochs_;  // epochs with column reductions or column state
   std::map<Region, std::vector<Root>> roots_;
   std::map<NodeId, std::set<Region>> computed_in_;  // node -> regions whose kernel computes it
   std::vector<std::pair<std::tuple<int, int, NodeId>, Cluster>> clusters_;

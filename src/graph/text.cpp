@@ -197,8 +197,8 @@ class Parser {
     if (parse_role(op_text, &role)) return g_.input(role, name_operand(), dtype).id();
     Op op;
     if (!parse_op(op_text, &op) || op == Op::Input)
-      fail_at(line,
-              "unknown op '" + op_text + "' (inputs are written param, grad, state or row_state)");
+      fail_at(line, "unknown op '" + op_text +
+                        "' (inputs are written param, grad, state, row_state or col_state)");
     if (op == Op::Scalar) return g_.scalar(name_operand(), dtype).id();
     if (op == Op::Const) return g_.constant(number(), dtype).id();
     Node n{op, dtype, false, {}, 0, "", Role::Param};
@@ -214,7 +214,7 @@ class Parser {
   }
 
   static bool parse_role(const std::string& s, Role* out) {
-    for (Role r : {Role::Param, Role::Grad, Role::State, Role::RowState}) {
+    for (Role r : {Role::Param, Role::Grad, Role::State, Role::RowState, Role::ColState}) {
       if (role_name(r) == s) {
         *out = r;
         return true;

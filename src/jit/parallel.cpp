@@ -49,6 +49,9 @@ const OpenMpRuntime& openmp_runtime() {
 namespace jit {
 
 int do_par_for(void* user_context, halide_task_t task, int min, int size, uint8_t* closure) {
+  // One task runs on the calling thread: no pool to enter (Halide's job queue costs about a
+  // microsecond and serializes concurrent callers), as a kernel's single-task loops do.
+  if (size == 1) return task(user_context, min, closure);
   const Session& session = *static_cast<CallContext*>(user_context)->session;
   if (!g_on.load(std::memory_order_acquire) || size <= 1)
     return session.default_do_par_for()(user_context, task, min, size, closure);

@@ -14,6 +14,7 @@
 #include "lower/row_plan.h"
 #include "lower/schedule.h"
 #include "lower/signature.h"
+#include "lower/staged.h"
 #include "optfuse/error.h"
 
 namespace optfuse::lower {
@@ -491,7 +492,12 @@ Schedule resolve_schedule(Schedule s, const Halide::Target& target) {
 
 Lowered lower(const Graph& canonical, const Schedule& s, const Halide::Target& target,
               const CpuExtras& extras) {
-  return PipelineBuilder(canonical).build(s, target, extras);
+  if (!uses_cols(canonical)) return PipelineBuilder(canonical).build(s, target, extras);
+  if (target.has_gpu_feature())
+    throw Error("graph \"" + canonical.name() +
+                "\": column reductions and column state (col_mean, Role::ColState) are not "
+                "supported on CUDA targets yet");
+  return lower_staged(canonical, s, target, extras);
 }
 
 }  // namespace optfuse::lower

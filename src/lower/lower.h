@@ -21,15 +21,17 @@
 //     targets it is a host stage: Halide copies the 8-byte totals it reads back from the device
 //     (the only device->host copy; tensors never move), and the result buffers stay host memory.
 // Graphs with per-row reductions are 2-D: every tensor is [cols, rows] (x along a row) and
-// `out(x, y)`; the others are 1-D.
+// `out(x, y)`; the others are 1-D. Graphs with column reductions or column state are staged
+// (staged.h): 2-D, every reduction a root stage, and `batch_rows` (int32) after `cols`.
 // Halide argument order (the `_argv` entry point): [user_context, inputs..., scalars..., chunk,
 // (cols,) results..., outputs...] (results first: see lower.cpp). Halide always appends output
 // buffers after the explicit arguments; `chunk` is the runtime task size in elements (a multiple of
 // the vector width), computed per call; chunk == 0 marks an empty call that only computes results
 // (its tensors are one-element stand-ins, and reductions see zero elements), and chunk < 0 a call
 // of a flat graph without reductions that runs as one prefetching task on the calling thread.
-// `cols` (int32) exists only for per-row graphs. `chunk` is CPU-only, but GPU kernels take it too
-// (and ignore it), so every target has the same argv layout.
+// `cols` (int32) exists only for per-row graphs, `batch_rows` (int32) only for staged ones,
+// whose `results` has one more f64 after the graph's (staged.h: the stages' fence). `chunk` is
+// CPU-only, but GPU kernels take it too (and ignore it), so every target has the same argv layout.
 #include <Halide.h>
 
 #include <vector>

@@ -124,6 +124,10 @@ Expr lower_f32_or_wider(Op op, const std::vector<Expr>& a, Precision p) {
     case Op::RowMean:
     case Op::RowMax:
     case Op::RowMin:
+    case Op::ColSum:
+    case Op::ColMean:
+    case Op::ColMax:
+    case Op::ColMin:
     case Op::Input:
     case Op::Scalar:
     case Op::Const:

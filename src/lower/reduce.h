@@ -50,6 +50,37 @@ struct RowReduction {
   std::vector<BlockReduce> gpu;  // CUDA only (reduce_rows_gpu): its kernel
 };
 
+// Staged graphs (column reductions or column state, staged.h): a tensor is [cols, rows] cut
+// into batches of batch_rows rows, and each reduction is a root stage, parallel over tasks of
+// `rows_per_task` rows (the last task's rows past the end are clamped to the last row and
+// contribute the identity, so every load stays inside the buffers):
+//   whole:   lanes(l, t): task t's rows reduced into `vector_width` lane partials (vectorized
+//            over l: the rows' whole vectors, then each row's ragged last one); total();
+//   columns: partial(x, t, b): task t of batch b's rows reduced per column (vectorized over x),
+//            tasks never crossing a batch; col(x, b): the tasks' partials combined;
+//   batches: of a value the same along a row, value(y): batch(b) over its batch_rows rows.
+struct ColReduction {
+  Halide::Func partial, col;
+  Halide::RDom rows;  // partial's rows of a task
+};
+//   rows in columns: a row reduction of the same value, in the column partials' loop over rows
+//            (compute_with: one pass over the value for both): lanes(l, k, t, b), row k of task
+//            t of batch b in `vector_width` lanes; row(y): the lanes combined.
+struct RowsInCols {
+  Halide::Func lanes, row;
+};
+WholeReduction reduce_whole_rows(Op op, const Halide::Func& value, const Halide::Expr& cols,
+                                 const Halide::Expr& rows, const Halide::Expr& rows_per_task,
+                                 int vector_width, const std::string& name);
+ColReduction reduce_cols(Op op, const Halide::Func& value, const Halide::Expr& batch_rows,
+                         const Halide::Expr& rows_per_task, const std::string& name);
+Halide::Func reduce_batches(Op op, const Halide::Func& value, const Halide::Expr& batch_rows,
+                            const std::string& name);
+RowsInCols reduce_rows_in_cols(Op op, const Halide::Func& value, const Halide::Expr& cols,
+                               const Halide::Expr& batch_rows, const Halide::Expr& rows_per_task,
+                               const ColReduction& partner, int vector_width,
+                               const std::string& name);
+
 // `value(x)` (f64; f32 for a max or min of a narrower operand) over [0, n) reduced with reduction
 // op `op` (reduce_*); mean divides by n. `chunk`: elements per task; `vector_width`: lanes.
 WholeReduction reduce_whole(Op op, const Halide::Func& value, const Halide::Expr& n,
@@ -73,7 +104,8 @@ WholeReduction reduce_whole_gpu(Op op, const Halide::Func& value, const Halide::
 RowReduction reduce_rows_gpu(Op op, const Halide::Func& value, const Halide::Expr& cols,
                              int vector_width, int block, const std::string& name);
 
-// The value the graph sees: `total` or `row(y)` (value's type), divided by the count for a mean.
+// The value the graph sees: `total`, `row(y)`, `col(x, b)` or `batch(b)` (value's type),
+// divided by the count for a mean.
 Halide::Expr finish(Op op, const Halide::Expr& reduced, const Halide::Expr& count);
 
 // CPU schedules: `lanes` root, parallel over chunks and vectorized (one task on the calling
@@ -81,6 +113,19 @@ Halide::Expr finish(Op op, const Halide::Expr& reduced, const Halide::Expr& coun
 // element-wise stage's loop over rows), their lanes vectorized.
 void schedule_whole(WholeReduction& r, int vector_width);
 void schedule_rows(RowReduction& r, const Halide::LoopLevel& row_loop, int vector_width);
+// Staged graphs (a parallel loop of one task runs on the calling thread: jit/parallel.h):
+// whole reductions as schedule_whole, over tasks of rows; row reductions root, parallel over
+// tasks of `rows_per_task` of the `rows` rows, each row's lanes computed in the task's row loop;
+// column partials root, vectorized along the row, parallel over (task, batch) in groups of
+// about `rows_per_task` rows, `col` root; rows in columns fused into their partner's loop over
+// rows, `row` root.
+void schedule_whole_rows(WholeReduction& r, int vector_width);
+void schedule_rows_root(RowReduction& r, const Halide::Expr& rows,
+                        const Halide::Expr& rows_per_task, int vector_width);
+void schedule_cols(ColReduction& r, const Halide::Expr& batch_rows,
+                   const Halide::Expr& rows_per_task, int vector_width);
+void schedule_rows_in_cols(RowsInCols& r, ColReduction& partner, const Halide::Expr& batch_rows,
+                           const Halide::Expr& rows_per_task, int vector_width);
 
 // CUDA schedules: every BlockReduce `out` root with gpu_blocks over b, its `threads` at the block
 // (gpu_threads over t, both stages), `lanes` per thread (vectorized), its `acc` at the block

@@ -100,20 +100,33 @@ void find_update_reads(const Graph& g, RowPlan* p) {
 }  // namespace
 
 bool is_row_state(const Node& n) { return n.op == Op::Input && n.role == Role::RowState; }
+bool is_col_state(const Node& n) { return n.op == Op::Input && n.role == Role::ColState; }
 
-std::vector<Output> element_outputs(const Graph& g) {
+namespace {
+
+// The outputs (in the kernel's order) whose replaced input satisfies `keep`.
+template <typename Keep>
+std::vector<Output> outputs_replacing(const Graph& g, Keep keep) {
   std::vector<Output> outs = kernel_outputs(g);
-  outs.erase(std::remove_if(
-                 outs.begin(), outs.end(),
-                 [&](const Output& o) { return is_row_state(g.node(g.find_input(o.replaces))); }),
-             outs.end());
+  outs.erase(
+      std::remove_if(outs.begin(), outs.end(),
+                     [&](const Output& o) { return !keep(g.node(g.find_input(o.replaces))); }),
+      outs.end());
   return outs;
 }
 
+}  // namespace
+
+std::vector<Output> element_outputs(const Graph& g) {
+  return outputs_replacing(g, [](const Node& n) { return !is_row_state(n) && !is_col_state(n); });
+}
+
 std::vector<Output> row_state_outputs(const Graph& g) {
-  std::vector<Output> outs = kernel_outputs(g);
-  outs.erase(outs.begin(), outs.begin() + static_cast<long>(element_outputs(g).size()));
-  return outs;
+  return outputs_replacing(g, [](const Node& n) { return is_row_state(n); });
+}
+
+std::vector<Output> col_state_outputs(const Graph& g) {
+  return outputs_replacing(g, [](const Node& n) { return is_col_state(n); });
 }
 
 std::vector<bool> main_nodes(const Graph& g) {

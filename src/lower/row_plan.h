@@ -10,10 +10,13 @@ namespace optfuse::lower {
 
 bool is_row_state(const Node& n);  // a Role::RowState input
 
-// The outputs replacing per-element inputs, and those replacing row state, each in the
-// kernel's order (signature.h, kernel_outputs).
+bool is_col_state(const Node& n);  // a Role::ColState input
+
+// The outputs replacing per-element inputs, those replacing row state, and those replacing
+// column state, each in the kernel's order (signature.h, kernel_outputs).
 std::vector<Output> element_outputs(const Graph& g);
 std::vector<Output> row_state_outputs(const Graph& g);
+std::vector<Output> col_state_outputs(const Graph& g);
 
 // The nodes the element-wise stage computes per element: everything the outputs reach, except
 // what only feeds reductions (their operands are computed by the prologue stages).

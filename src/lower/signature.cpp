@@ -5,8 +5,14 @@
 namespace optfuse::lower {
 namespace {
 
-bool replaces_row_state(const Graph& g, const Output& o) {
-  return g.node(g.find_input(o.replaces)).role == Role::RowState;
+Role replaced_role(const Graph& g, const Output& o) {
+  return g.node(g.find_input(o.replaces)).role;
+}
+
+// Per-element outputs first, then row state, then column state.
+int output_group(const Graph& g, const Output& o) {
+  const Role r = replaced_role(g, o);
+  return r == Role::RowState ? 1 : r == Role::ColState ? 2 : 0;
 }
 
 }  // namespace
@@ -14,8 +20,8 @@ bool replaces_row_state(const Graph& g, const Output& o) {
 std::vector<Output> kernel_outputs(const Graph& g) {
   std::vector<Output> outs = g.outputs();
   std::stable_sort(outs.begin(), outs.end(), [&](const Output& a, const Output& b) {
-    bool ra = replaces_row_state(g, a), rb = replaces_row_state(g, b);
-    return ra != rb ? rb : a.replaces < b.replaces;
+    const int ga = output_group(g, a), gb = output_group(g, b);
+    return ga != gb ? ga < gb : a.replaces < b.replaces;
   });
   return outs;
 }
@@ -27,11 +33,13 @@ KernelSignature signature(const Graph& g) {
     if (n.op == Op::Scalar) sig.scalars.push_back({n.name, n.dtype});
   }
   for (const Output& o : kernel_outputs(g))
-    sig.outputs.push_back({o.replaces, g.node(o.value).dtype, replaces_row_state(g, o)});
+    sig.outputs.push_back({o.replaces, g.node(o.value).dtype, replaced_role(g, o) == Role::RowState,
+                           replaced_role(g, o) == Role::ColState});
   for (const Result& r : g.results()) sig.results.push_back({r.name, g.node(r.value).dtype});
   std::stable_sort(sig.results.begin(), sig.results.end(),
                    [](const auto& a, const auto& b) { return a.name < b.name; });
-  sig.per_row = uses_rows(g);
+  sig.per_col = uses_cols(g);
+  sig.per_row = uses_rows(g) || sig.per_col;
   for (const Node& n : g.nodes()) sig.reduces = sig.reduces || op_has(n.op, kReduce);
   return sig;
 }

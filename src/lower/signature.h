@@ -9,8 +9,8 @@ namespace optfuse::lower {
 KernelSignature signature(const Graph& canonical);
 
 // The outputs in the kernel's order: those replacing per-element inputs sorted by the input they
-// replace, then those replacing row state, sorted the same way (the pipeline's `out` and
-// `row_out` Funcs, lower.h).
+// replace, then those replacing row state, then those replacing column state, each sorted the
+// same way (the pipeline's `out`, `row_out` and `col_out` Funcs, lower.h).
 std::vector<Output> kernel_outputs(const Graph& g);
 
 }  // namespace optfuse::lower

@@ -30,9 +30,10 @@ Impl::Tensor& tensor_at(Impl& impl, size_t group, size_t index) {
 
 namespace {
 
-// The buffers a tensor of kernel plan `kp` binds (block > 0: with 8-bit state of that block).
+// The buffers tensor `t` of kernel plan `kp` binds (block > 0: with 8-bit state of that block);
+// the group's, with no tensor.
 std::vector<Optimizer::StateSpec> spec_of(const Impl& impl, const Impl::Group& g,
-                                          const optim::KernelPlan& kp, int64_t numel,
+                                          const optim::KernelPlan& kp, const Impl::Tensor* t,
                                           int64_t block) {
   std::vector<Optimizer::StateSpec> spec;
   for (const auto& s : kp.state) {
@@ -49,7 +50,8 @@ std::vector<Optimizer::StateSpec> spec_of(const Impl& impl, const Impl::Group& g
       initial = codes ? code : absmax;
     }
     spec.push_back({s.name, s.dtype, initial, s.name == optim::kMasterState,
-                    scales ? optim::block_count(numel, block) : numel});
+                    t ? t->state_numel(s, block) : 0,
+                    t ? t->state_shape(s, block) : std::vector<int64_t>{}});
   }
   return spec;
 }
@@ -59,14 +61,14 @@ std::vector<Optimizer::StateSpec> spec_of(const Impl& impl, const Impl::Group& g
 std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group) const {
   Impl::Group& g = group_at(*impl_, group);
   resolve_kernel(*impl_, g, group);
-  return spec_of(*impl_, g, g.plan->dense, 0, 0);
+  return spec_of(*impl_, g, g.plan->dense, nullptr, 0);
 }
 
 std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group, size_t index) const {
   Impl::Tensor& t = tensor_at(*impl_, group, index);
   Impl::Group& g = group_at(*impl_, group);
   resolve_kernel(*impl_, g, group);
-  return spec_of(*impl_, g, g.plan_of(t), t.ref.param.numel, g.block_of(t));
+  return spec_of(*impl_, g, g.plan_of(t), &t, g.block_of(t));
 }
 
 void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
@@ -89,10 +91,12 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
   if (!buffer.data) throw Error(who + ": null buffer");
   if (buffer.numel != slot->numel)
     throw Error(who + ": buffer has " + std::to_string(buffer.numel) + " elements but " +
-                (slot->numel == t.ref.param.numel
-                     ? "param has " + std::to_string(t.ref.param.numel)
-                     : "the state has " + std::to_string(slot->numel) + " (one per block of " +
-                           std::to_string(g.plan->blocking.block) + ")"));
+                (slot->numel == t.ref.param.numel ? "param has " + std::to_string(t.ref.param.numel)
+                 : g.block_of(t) > 0
+                     ? "the state has " + std::to_string(slot->numel) + " (one per block of " +
+                           std::to_string(g.plan->blocking.block) + ")"
+                     : "the state has " + std::to_string(slot->numel) +
+                           " (one per row or column of each matrix of the param's last two dims)"));
   if (buffer.dtype != want)
     throw Error(who + ": buffer dtype " + std::string(dtype_name(buffer.dtype)) +
                 " but the state is " + std::string(dtype_name(want)));

@@ -99,6 +99,9 @@ class CustomRule final : public UpdateRule {
       if (n.op != Op::Input) continue;
       params += n.role == Role::Param;
       grads += n.role == Role::Grad;
+      if (n.role == Role::RowState || n.role == Role::ColState)
+        throw Error(what + "input " + quoted(n.name) + " is " + std::string(role_name(n.role)) +
+                    "; a custom optimizer's state has one value per element");
       if (n.dtype != DType::F32)
         throw Error(what + "input " + quoted(n.name) + " has dtype " +
                     std::string(dtype_name(n.dtype)) + "; optimizer tensors are f32");

@@ -85,6 +85,10 @@ void check_device_group(Memory m, const UpdateRule& rule, const Options& options
                 not_yet("master_weights false (16-bit state buffers are host-only so far)"));
   if (options.value("state_dtype", "f32") == "int8")
     throw Error(where + ": " + not_yet("state_dtype \"int8\" (8-bit state is host-only so far)"));
+  if (rule.factored_graph(options))
+    throw Error(where + ": " +
+                not_yet(rule.type() + " (its factored second moment needs column reductions, "
+                                      "which are not lowered for CUDA targets yet)"));
   const Graph g = rule.graph(options);
   for (const Node& n : g.nodes())
     if (op_has(n.op, kOpaque))

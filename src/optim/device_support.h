@@ -4,7 +4,7 @@
 // An optimizer's memory is its engine's: CUDA device memory when the engine's target uses CUDA,
 // host memory otherwise; every param and grad must be in it. On device tensors, the features that
 // need a reduction kernel on the GPU (clipping, loss scaling, gradient centralization, LAMB, LARS,
-// custom rules with reductions) and row-sparse gradients are refused here,
+// Adafactor, custom rules with reductions) and row-sparse gradients are refused here,
 // each with an Error naming it: lifting one is a change to this file (and to the step path it then
 // reaches), nowhere else.
 #include <functional>

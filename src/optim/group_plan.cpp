@@ -1,6 +1,7 @@
 #include "optim/group_plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "optfuse/error.h"
@@ -29,8 +30,13 @@ bool centralizes(const Options& h) { return h.value("grad_centralization", false
 
 }  // namespace
 
-Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked) {
+Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked, bool factored) {
   Graph g = [&] {
+    if (factored) {
+      std::optional<Graph> f = r.rule->factored_graph(r.options);
+      if (!f) internal_error(r.rule->type() + " has no factored graph");
+      return std::move(*f);
+    }
     if (centralized || !centralizes(r.options)) return rule_graph(*r.rule, r.options, r.precision);
     Options plain = r.options;
     plain["grad_centralization"] = false;
@@ -46,8 +52,9 @@ Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked) {
 std::vector<StateSlot> graph_state(const Graph& g) {
   std::vector<StateSlot> out;
   for (const Node& n : g.nodes())
-    if (n.op == Op::Input && (n.role == Role::State || n.role == Role::RowState))
-      out.push_back({n.name, n.dtype, n.role == Role::RowState});
+    if (n.op == Op::Input &&
+        (n.role == Role::State || n.role == Role::RowState || n.role == Role::ColState))
+      out.push_back({n.name, n.dtype, n.role == Role::RowState, n.role == Role::ColState});
   return out;
 }
 
@@ -75,7 +82,12 @@ std::vector<std::string> known_state_names(const UpdateRule& rule, const Options
     } catch (const Error&) {
       continue;  // not an option set the rule accepts
     }
-    for (const StateSlot& s : graph_state(rule.graph(h)))
+    std::vector<StateSlot> slots = graph_state(rule.graph(h));
+    if (std::optional<Graph> factored = rule.factored_graph(h)) {
+      const std::vector<StateSlot> more = graph_state(*factored);
+      slots.insert(slots.end(), more.begin(), more.end());
+    }
+    for (const StateSlot& s : slots)
       if (std::find(names.begin(), names.end(), s.name) == names.end()) names.push_back(s.name);
   }
   return names;
@@ -94,8 +106,8 @@ KernelPlan plan_kernel(Engine& engine, Graph graph) {
   k.kernel = engine.kernel(k.graph);
   const KernelSignature& sig = k.kernel->signature();
   for (const auto& in : sig.inputs)
-    if (in.role == Role::State || in.role == Role::RowState)
-      k.state.push_back({in.name, in.dtype, in.role == Role::RowState});
+    if (in.role == Role::State || in.role == Role::RowState || in.role == Role::ColState)
+      k.state.push_back({in.name, in.dtype, in.role == Role::RowState, in.role == Role::ColState});
   for (const auto& out : sig.outputs) {
     const int i = sig.input_index(out.replaces);
     if (i < 0) internal_error("output replaces unknown input '" + out.replaces + "'");
@@ -133,6 +145,10 @@ std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint6
   plan->blocking = group_blocking(r.options);
   plan->dense = plan_kernel(engine, group_graph(r, false));
   plan->graph_text = print(plan->dense.graph);
+  if (r.rule->factored_graph(r.options)) {
+    plan->factored = plan_kernel(engine, group_graph(r, false, false, true));
+    plan->graph_text += print(plan->factored.graph);
+  }
   if (plan->blocking.on()) {
     check_blockable(r, plan->dense.graph, where);
     plan->blocked = plan_kernel(engine, group_graph(r, false, true));
@@ -156,7 +172,9 @@ bool same_graph(const GroupPlan& plan, const GraphRecipe& r) {
       p.prologue.accumulated != r.prologue.accumulated || p.prologue.scaled != r.prologue.scaled ||
       plan.centralizes != centralizes(r.options) || !(plan.blocking == group_blocking(r.options)))
     return false;
-  return print(group_graph(r, false)) == plan.graph_text;
+  std::string text = print(group_graph(r, false));
+  if (r.rule->factored_graph(r.options)) text += print(group_graph(r, false, false, true));
+  return text == plan.graph_text;
 }
 
 }  // namespace optfuse::optim

@@ -35,16 +35,21 @@ struct GraphRecipe {
 // The final update graph for `r`; `centralized` keeps the rule's gradient centralization (for
 // tensors of >= 2 dims) and is otherwise turned off, so that both graphs take the same arguments.
 // `blocked`: the graph of a tensor with 8-bit state (block_state.h; the options' state_dtype is
-// "int8" and the tensor has at least min_8bit_size elements).
-Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked = false);
+// "int8" and the tensor has at least min_8bit_size elements). `factored`: the rule's factored
+// graph (UpdateRule::factored_graph, for tensors of >= 2 dims; it must have one).
+Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked = false,
+                  bool factored = false);
 
-// The state buffers a graph reads (Role::State and Role::RowState inputs), in input order, with
-// their dtypes: the rule's, then those the transforms add (the master copy, the accumulation
-// buffer, 8-bit state's per-block scales).
+// The state buffers a graph reads (Role::State, Role::RowState and Role::ColState inputs), in
+// input order, with their dtypes: the rule's, then those the transforms add (the master copy,
+// the accumulation buffer, 8-bit state's per-block scales).
 struct StateSlot {
   std::string name;
   DType dtype;
-  bool rows = false;  // row state: one value per block (8-bit state's scales)
+  // Row state: one value per row of the kernel's view (8-bit state's scales: per block; a
+  // factored graph's: per row of each matrix); column state: one per column of each matrix.
+  bool rows = false;
+  bool cols = false;
 };
 std::vector<StateSlot> graph_state(const Graph& g);
 
@@ -70,15 +75,21 @@ struct KernelPlan {
 
 struct GroupPlan {
   GraphRecipe recipe;
-  std::string graph_text;    // print(dense.graph), what same_graph() compares
+  std::string graph_text;    // the dense and factored graphs' text, what same_graph() compares
   bool centralizes = false;  // the options ask for gradient centralization
   Blocking blocking;         // 8-bit state's block and minimum size (off unless "int8")
   KernelPlan dense;          // group_graph(recipe, false)
   KernelPlan blocked;        // group_graph(recipe, false, true) when blocking.on(), else empty
-  uint64_t epoch = 0;        // unique per plan (Tensor::epoch)
+  // group_graph(recipe, false, false, true) when the rule has a factored graph, else empty: the
+  // kernel of its tensors of >= 2 dims.
+  KernelPlan factored;
+  uint64_t epoch = 0;  // unique per plan (Tensor::epoch)
 
-  // The kernel plan of a tensor: blocked for tensors with 8-bit state.
-  const KernelPlan& of(bool is_blocked) const { return is_blocked ? blocked : dense; }
+  // The kernel plan of a tensor: blocked for tensors with 8-bit state, factored for tensors of
+  // >= 2 dims when the rule has a factored graph.
+  const KernelPlan& of(bool is_blocked, bool is_factored = false) const {
+    return is_blocked ? blocked : is_factored ? factored : dense;
+  }
 };
 
 // Why 8-bit state cannot serve a group of recipe `r` whose plain graph is `dense`, or "" if it

@@ -91,8 +91,8 @@ class Muon final : public UpdateRule {
     return gr;
   }
 
-  void prepare(Engine& engine) const override {
-    engine.register_default_opaque("newton_schulz", newton_schulz_cblas(), OpaqueScope::Matrix);
+  std::vector<DefaultOpaque> default_opaques() const override {
+    return {{"newton_schulz", newton_schulz_cblas(), OpaqueScope::Matrix}};
   }
 
   bool scalars_read_shape() const override { return true; }

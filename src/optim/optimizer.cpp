@@ -43,15 +43,16 @@ void assign_tensor_kernels(Impl& impl, Impl::Group& g) {
   const optim::GroupPlan& plan = *g.plan;
   const bool by_size = impl.engine->tuned_schedules() > 0;
   std::optional<Graph> centralized;
-  std::map<std::tuple<bool, bool, int64_t>, std::shared_ptr<const Kernel>> made;
+  std::map<std::tuple<bool, const optim::KernelPlan*, int64_t>, std::shared_ptr<const Kernel>> made;
   for (auto& t : g.tensors) {
-    const bool blocked = g.block_of(t) > 0;
     const optim::KernelPlan& kp = g.plan_of(t);
-    const bool gc = t.gc_cols(g.options) > 0;  // (never with 8-bit state: plan_group refuses)
+    // (GC never with 8-bit state, plan_group refuses; nor with a factored graph: only the
+    // rules that have none offer it.)
+    const bool gc = t.gc_cols(g.options) > 0 && !g.factored(t);
     if (gc && !centralized) centralized = optim::group_graph(plan.recipe, true);
     const Graph& graph = gc ? *centralized : kp.graph;
     const int64_t n = by_size ? t.ref.param.numel : 0;
-    auto& k = made[{gc, blocked, n}];
+    auto& k = made[{gc, &kp, n}];
     if (!k) {
       k = by_size ? impl.engine->kernel(graph, n) : impl.engine->kernel(graph);
       KernelSignature a = kp.kernel->signature(), b = k->signature();
@@ -96,7 +97,8 @@ void bind_state(Impl::Tensor& t, const Impl::Group& g) {
   const KernelSignature& sig = g.plan_of(t).kernel->signature();
   t.inputs.assign(sig.inputs.size(), nullptr);
   for (size_t i = 0; i < sig.inputs.size(); ++i)
-    if (sig.inputs[i].role == Role::State || sig.inputs[i].role == Role::RowState)
+    if (sig.inputs[i].role == Role::State || sig.inputs[i].role == Role::RowState ||
+        sig.inputs[i].role == Role::ColState)
       t.inputs[i] = optim::state_pointer(t, sig.inputs[i].name, sig.inputs[i].dtype);
   t.epoch = g.plan->epoch;
 }
@@ -136,7 +138,8 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
   impl->cuda_context = engine.options().compile_only ? nullptr : engine.options().cuda_context;
   optim::check_device_config(impl->memory, *parsed.rule, parsed.step);
   optim::check_device_group(impl->memory, *parsed.rule, parsed.defaults, "optimizer config");
-  parsed.rule->prepare(engine);
+  for (const auto& op : parsed.rule->default_opaques())
+    engine.register_default_opaque(op.callee, op.fn, op.scope);
   impl->rule = std::move(parsed.rule);
   impl->control = optim::StepControl(parsed.step);
   impl->defaults = std::move(parsed.defaults);
@@ -399,11 +402,14 @@ int64_t Optimizer::bytes_per_step() const {
     // grad_accum (f32) is read once more when accumulating
     const int64_t accum = impl_->control.options.accumulating() ? 4 : 0;
     const optim::Blocking blocking = optim::group_blocking(g.options);
+    const bool factors = static_cast<bool>(impl_->rule->factored_graph(g.options));
     for (const auto& t : g.tensors) {
       int64_t n =
           impl_->rule->sparse_grads() ? optim::touched_elements(t.sparse) : t.ref.param.numel;
       const int64_t block = blocking.applies(n) ? blocking.block : 0;
-      bytes += optim::bytes_per_step(n, p, states, block) + accum * n;
+      // (A factored tensor's state is a row and a column per matrix: none per element.)
+      const int64_t per_element = factors && t.matrix() ? 0 : states;
+      bytes += optim::bytes_per_step(n, p, per_element, block) + accum * n;
     }
   }
   return bytes;

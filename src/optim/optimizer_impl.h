@@ -46,6 +46,20 @@ struct Optimizer::Impl {
           shape.size() < 2 || shape[0] <= 0 ? ref.param.numel : ref.param.numel / shape[0];
       return cols > 0 ? cols : 1;
     }
+    // Rules with a factored graph (UpdateRule::factored_graph): whether this tensor would run it
+    // (two or more dims), and its matrices' view: the last dim (cols) and the second-to-last
+    // (the rows of one matrix; the leading dims are batches).
+    bool matrix() const { return ref.param.shape.size() >= 2; }
+    int64_t matrix_cols() const { return matrix() ? ref.param.shape.back() : ref.param.numel; }
+    int64_t matrix_rows() const {
+      return matrix() ? ref.param.shape[ref.param.shape.size() - 2] : 1;
+    }
+    // The values of state slot `s` of this tensor: the param's numel, or one per row (8-bit
+    // state's scales: per block of `block`) or column of its view.
+    int64_t state_numel(const optim::StateSlot& s, int64_t block) const;
+    // The shape of a buffer of `s`: the param's, or for row (column) state torch's Adafactor
+    // shape, the param's with its last (second-to-last) dim 1; 8-bit scales: 1-D.
+    std::vector<int64_t> state_shape(const optim::StateSlot& s, int64_t block) const;
     // The kernel this tensor runs: the group's graph (gradient-centralized where GC applies,
     // 8-bit where Group::block_of says) with the group's schedule, or the tuned one for its size.
     // Same arguments as its kernel plan's kernel (Group::plan_of).
@@ -71,7 +85,11 @@ struct Optimizer::Impl {
     int64_t block_of(const Tensor& t) const {
       return plan->blocking.applies(t.ref.param.numel) ? plan->blocking.block : 0;
     }
-    const optim::KernelPlan& plan_of(const Tensor& t) const { return plan->of(block_of(t) > 0); }
+    // Whether `t` runs the factored graph (the rule has one and `t` has two or more dims).
+    bool factored(const Tensor& t) const { return plan->factored.kernel && t.matrix(); }
+    const optim::KernelPlan& plan_of(const Tensor& t) const {
+      return plan->of(block_of(t) > 0, factored(t));
+    }
 
     // step()'s scalars (step_round.cpp): tensors of a group nearly always share their step and
     // host state, so the scalars (and the host state they lead to) are computed once and reused
@@ -82,7 +100,8 @@ struct Optimizer::Impl {
       bool created_now = false;
       int64_t rows = 0, cols = 0;  // compared only for rules whose scalars read them
       optim::HostState host_before, host_after;
-      std::vector<double> values;  // in kernel signature order
+      std::vector<double> values;           // in the dense kernel's signature order
+      std::vector<double> factored_values;  // in the factored kernel's, when the plan has one
     } memo;
   };
 

@@ -123,8 +123,9 @@ class PrecisionRewriter {
       case Role::State:
         if (n.name == kMasterState) internal_error("precision: rule state named 'master'");
         return widened(out_.state(n.name, state_buffer_dtype(n.name, p_)));
-      case Role::RowState:
-        internal_error("precision: rule graph input '" + n.name + "' is row state");
+      case Role::RowState:  // one value per row or column (Adafactor's factored moments)
+      case Role::ColState:
+        return widened(out_.input(n.role, n.name, state_buffer_dtype(n.name, p_)));
     }
     return out_.add_node(std::move(n));
   }
@@ -142,7 +143,8 @@ class PrecisionRewriter {
       return;
     }
     NodeId in = in_.find_input(o.replaces);
-    bool state = in >= 0 && in_.node(in).role == Role::State;
+    const Role role = in >= 0 ? in_.node(in).role : Role::Param;
+    bool state = role == Role::State || role == Role::RowState || role == Role::ColState;
     out_.output(o.replaces, state && p_.state != DType::F32 ? cast(v, p_.state) : v);
   }
 

@@ -16,6 +16,7 @@ std::unique_ptr<UpdateRule> make_adamax();
 std::unique_ptr<UpdateRule> make_nadam();
 std::unique_ptr<UpdateRule> make_radam();
 std::unique_ptr<UpdateRule> make_adadelta();
+std::unique_ptr<UpdateRule> make_adafactor();  // factored second moments: staged kernels
 std::unique_ptr<UpdateRule> make_asgd();
 std::unique_ptr<UpdateRule> make_rprop();
 std::unique_ptr<UpdateRule> make_lion();  // not in torch.optim: Chen et al. 2023 / lion-pytorch
@@ -37,6 +38,7 @@ struct Builtin {
 };
 const Builtin kBuiltins[] = {
     {"adadelta", make_adadelta},
+    {"adafactor", make_adafactor},
     {"adagrad", make_adagrad},
     {"adam", [] { return make_adam(false); }},
     {"adamax", make_adamax},

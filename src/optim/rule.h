@@ -6,6 +6,7 @@
 // one file with a make_* function, plus its line in the table of registry.cpp.
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct TensorStep {
   // when the caller gave no shape). Read only by rules whose scalars_read_shape() says so
   // (Muon's lr adjustment); 0 elsewhere.
   int64_t rows = 0, cols = 0;
+  DType param = DType::F32;  // the param's dtype (Adafactor's eps1 default: its epsilon)
 };
 
 class UpdateRule {
@@ -42,6 +44,15 @@ class UpdateRule {
   // The update for options `h`: its state inputs are the tensor's state buffers (torch's names),
   // and options it reads only through scalars() may change at any step without recompiling.
   virtual Graph graph(const Options& h) const = 0;
+  // The update of tensors of two or more dims, where it differs from graph()'s (torch's
+  // Adafactor factors their second moment over the last two dims: a graph with row and column
+  // state and reductions, src/lower/staged.h); none by default. Its tensors are viewed as
+  // batches (their leading dims) of [rows, cols] matrices (their last two dims). It takes the
+  // scalars graph() takes, or a subset.
+  virtual std::optional<Graph> factored_graph(const Options& h) const {
+    (void)h;
+    return std::nullopt;
+  }
   // The graph for 16-bit params without master weights ("master_weights": false, precision.h):
   // the same update as graph() in real arithmetic, with its f32 ops in the order of the rule's
   // torch fused twin where it has one, so that the values rounded once to the param's dtype are
@@ -61,9 +72,15 @@ class UpdateRule {
     (void)h;
     return {};
   }
-  // What the rule's graphs need from an engine besides compiling them (Muon: the default
-  // implementation of its opaque op). Called when an optimizer is created on `engine`.
-  virtual void prepare(Engine& engine) const { (void)engine; }
+  // The opaque ops the rule's graphs call and the implementation each gets where the engine has
+  // none registered (Muon: its orthogonalization); registered when an optimizer is created.
+  // Data, not a call on the engine, so that the rules link without it (tests/fuzz).
+  struct DefaultOpaque {
+    std::string callee;
+    OpaqueFn fn;
+    OpaqueScope scope;
+  };
+  virtual std::vector<DefaultOpaque> default_opaques() const { return {}; }
   // Whether scalars() reads TensorStep::rows and ::cols: tensors of a group then share their
   // scalars only when those are equal too.
   virtual bool scalars_read_shape() const { return false; }

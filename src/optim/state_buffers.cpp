@@ -7,6 +7,26 @@
 #include "optim/device_support.h"
 #include "optim/grad_prologue.h"
 
+namespace optfuse {
+
+int64_t Optimizer::Impl::Tensor::state_numel(const optim::StateSlot& s, int64_t block) const {
+  const int64_t n = ref.param.numel;
+  if (s.rows && block > 0) return optim::block_count(n, block);
+  const int64_t across = s.rows ? matrix_cols() : s.cols ? matrix_rows() : 1;
+  return across > 0 ? n / across : 0;
+}
+
+std::vector<int64_t> Optimizer::Impl::Tensor::state_shape(const optim::StateSlot& s,
+                                                          int64_t block) const {
+  if (s.rows && block > 0) return {state_numel(s, block)};
+  std::vector<int64_t> shape = ref.param.shape;
+  if (shape.empty()) shape = {ref.param.numel};
+  if ((s.rows || s.cols) && matrix()) shape[shape.size() - (s.rows ? 1 : 2)] = 1;
+  return shape;
+}
+
+}  // namespace optfuse
+
 namespace optfuse::optim {
 
 using Impl = Optimizer::Impl;
@@ -75,8 +95,8 @@ namespace {
 void add_blocked(Impl::Tensor& t, const std::string& name, const std::vector<float>& values,
                  int64_t block, std::vector<PendingState>* out) {
   const auto n = static_cast<int64_t>(values.size());
-  PendingState codes{&t, name, DType::U8, {}, {}, {}, nullptr};
-  PendingState scales{&t, block_scale_name(name), DType::F32, {}, {}, {}, nullptr};
+  PendingState codes{&t, name, DType::U8, {}, {}, {}, nullptr, {}};
+  PendingState scales{&t, block_scale_name(name), DType::F32, {}, {}, {}, nullptr, {}};
   codes.u8.resize(values.size());
   scales.f32.resize(static_cast<size_t>(block_count(n, block)));
   encode_blocks(values.data(), n, block, block_map(name), codes.u8.data(), scales.f32.data());
@@ -107,7 +127,7 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
   const int64_t block = g.block_of(t);
   for (const StateSlot& s : kp.state) {
     if (s.name == kGradAccum) continue;  // made by the accumulation micro-steps (step_control.cpp)
-    if (s.rows) {  // made with its codes; a caller's must have one scale per block
+    if (s.rows && block > 0) {  // made with its codes; a caller's must have one scale per block
       auto b = t.state.find(s.name);
       const int64_t want = block_count(t.ref.param.numel, block);
       if (b != t.state.end() && b->second.caller_owned() && b->second.numel() != want)
@@ -147,9 +167,13 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
       add_blocked(t, s.name, values, block, out);
       continue;
     }
-    PendingState p{&t, s.name, s.dtype, {}, {}, {}, nullptr};
+    PendingState p{&t, s.name, s.dtype, {}, {}, {}, nullptr, {}};
+    const size_t count = static_cast<size_t>(t.state_numel(s, block));  // (row or column state)
+    if (held_here && held->second.numel() != static_cast<int64_t>(count))
+      throw Error(who + ": state '" + s.name + "' has " + std::to_string(held->second.numel()) +
+                  " values but the step needs " + std::to_string(count));
     if (s.dtype == DType::F64) {  // f64 params' state: new (state_dtype is f32 for them)
-      p.f64.assign(n, rule.initial_state_value(g.options, s.name));
+      p.f64.assign(count, rule.initial_state_value(g.options, s.name));
       if (held_here) {
         std::vector<float> held_values = state_values_f32(t, s.name, held->second);
         p.f64.assign(held_values.begin(), held_values.end());
@@ -161,15 +185,15 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
       if (s.dtype == DType::F32) {
         p.f32 = std::move(wide);
       } else {
-        p.bf16.resize(n);
-        for (size_t i = 0; i < n; ++i) p.bf16[i] = to_16bit(wide[i], s.dtype);
+        p.bf16.resize(wide.size());
+        for (size_t i = 0; i < wide.size(); ++i) p.bf16[i] = to_16bit(wide[i], s.dtype);
       }
     } else {
       auto fill = static_cast<float>(rule.initial_state_value(g.options, s.name));
       if (s.dtype == DType::F32)
-        p.f32.assign(n, fill);
+        p.f32.assign(count, fill);
       else
-        p.bf16.assign(n, to_16bit(fill, s.dtype));
+        p.bf16.assign(count, to_16bit(fill, s.dtype));
     }
     out->push_back(std::move(p));
   }
@@ -182,7 +206,7 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
     if (block > 0) {
       add_blocked(t, name, values, block, out);
     } else {
-      PendingState p{&t, name, DType::F32, std::move(values), {}, {}, nullptr};
+      PendingState p{&t, name, DType::F32, std::move(values), {}, {}, nullptr, {}};
       out->push_back(std::move(p));
     }
   }

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "cache/fs.h"
 #include "optfuse/error.h"
@@ -97,7 +98,7 @@ void load_to_device(void* context, std::vector<std::vector<Optimizer::Impl::Tens
   for (auto& tensors : *groups)
     for (auto& t : tensors)
       for (auto& [name, buf] : t.state) {
-        auto b = std::make_shared<optim::DeviceBuffer>(context, t.ref.param.numel, buf.dtype(),
+        auto b = std::make_shared<optim::DeviceBuffer>(context, buf.numel(), buf.dtype(),
                                                        "state '" + name + "'");
         b->upload(buf.data());
         buf = optim::StateBuffer::device(std::move(b));
@@ -198,6 +199,18 @@ struct Loaded {
   optim::StepControl control;
 };
 
+// The row and column state slots of tensor `t` when it runs its rule's factored graph
+// (UpdateRule::factored_graph) under `options`; none otherwise.
+std::vector<optim::StateSlot> factored_slots(const optim::UpdateRule& rule, const Options& options,
+                                             const Optimizer::Impl::Tensor& t) {
+  std::vector<optim::StateSlot> slots;
+  if (!t.matrix()) return slots;
+  if (std::optional<Graph> g = rule.factored_graph(options))
+    for (const optim::StateSlot& s : optim::graph_state(*g))
+      if (s.rows || s.cols) slots.push_back(s);
+  return slots;
+}
+
 // Walks the header and the data that follows it; throws Error (any kind) on anything off.
 Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std::string& bytes,
                    size_t pos, size_t data_end) {
@@ -258,6 +271,15 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
       if (numel != ref.param.numel)
         throw Error(Impl::where(gi, ti, ref) + " has " + std::to_string(numel) +
                     " elements in the file but " + std::to_string(ref.param.numel) + " here");
+      // The values of a buffer: the param's, or for a factored tensor's row and column state
+      // one per row and column of its matrices.
+      const std::vector<optim::StateSlot> factored =
+          factored_slots(*impl.rule, out.options.back(), t);
+      auto count_of = [&](const std::string& name) {
+        for (const optim::StateSlot& s : factored)
+          if (s.name == name) return t.state_numel(s, 0);
+        return numel;
+      };
       auto check_name = [&](const std::string& name) {
         if (name == optim::kMasterState) {
           if (ref.param.dtype == DType::F32)
@@ -292,7 +314,7 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
         if (scales && !has_codes)
           throw Error(Impl::where(gi, ti, ref) + ": '" + name + "' without 8-bit state");
         std::vector<float> values;
-        read(&values, scales ? optim::block_count(numel, t.state_block) : numel);
+        read(&values, scales ? optim::block_count(numel, t.state_block) : count_of(name));
         t.state.emplace(name, optim::StateBuffer::host(std::move(values)));
       }
       for (DType dtype : {DType::BF16, DType::F16}) {
@@ -307,7 +329,7 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
                         "' must be f32");
           check_name(name);
           std::vector<uint16_t> bits;
-          read(&bits, numel);
+          read(&bits, count_of(name));
           t.state.emplace(name, optim::StateBuffer::host(dtype, std::move(bits)));
         }
       }
@@ -331,7 +353,7 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
             throw Error(Impl::where(gi, ti, ref) + ": '" + name + "' cannot be f64 state");
           check_name(name);
           std::vector<double> values;
-          read(&values, numel);
+          read(&values, count_of(name));
           t.state.emplace(name, optim::StateBuffer::host(std::move(values)));
         }
       for (const auto& [name, buf] : t.state)  // every scale has its codes

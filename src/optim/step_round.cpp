@@ -35,6 +35,7 @@ void* input_pointer(const Impl::Tensor& t, const KernelSignature::TensorArg& arg
       return t.ref.grad.data;
     case Role::State:
     case Role::RowState:
+    case Role::ColState:
       return t.inputs[i];
   }
   internal_error("bad role");
@@ -55,21 +56,28 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
       memo.host_before == t.host && (!by_shape || (memo.rows == rows && memo.cols == cols))) {
     t.host = memo.host_after;
     if (!t.bound_scalars.empty()) store_bound_scalars(t);
-    return memo.values;
+    return g.factored(t) ? memo.factored_values : memo.values;
   }
   memo.valid = false;
   memo.host_before = t.host;
   std::map<std::string, double> values;
-  impl.rule->scalars(g.options, TensorStep{step, created_now, &t.host, rows, cols}, &values);
+  impl.rule->scalars(
+      g.options, TensorStep{step, created_now, &t.host, rows, cols, g.plan->recipe.precision.param},
+      &values);
   values[kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
   values[kRoundingKey] = 0;                      // per tensor: prepare_call sets it
-  memo.values.clear();
   // (The group's 8-bit kernel takes the same scalars: plan_group checks.)
-  for (const auto& s : g.plan->dense.kernel->signature().scalars) {
-    auto it = values.find(s.name);
-    if (it == values.end()) internal_error("rule gave no value for scalar '" + s.name + "'");
-    memo.values.push_back(it->second);
-  }
+  auto in_order = [&](const KernelPlan& kp, std::vector<double>* out) {
+    out->clear();
+    if (!kp.kernel) return;
+    for (const auto& s : kp.kernel->signature().scalars) {
+      auto it = values.find(s.name);
+      if (it == values.end()) internal_error("rule gave no value for scalar '" + s.name + "'");
+      out->push_back(it->second);
+    }
+  };
+  in_order(g.plan->dense, &memo.values);
+  in_order(g.plan->factored, &memo.factored_values);
   memo.step = step;
   memo.rows = rows;
   memo.cols = cols;
@@ -77,7 +85,7 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
   memo.host_after = t.host;
   memo.valid = true;
   if (!t.bound_scalars.empty()) store_bound_scalars(t);
-  return memo.values;
+  return g.factored(t) ? memo.factored_values : memo.values;
 }
 
 // `t`'s whole call for this step in `call` (reusing its vectors: no allocation once warm). For
@@ -100,8 +108,11 @@ void prepare_call(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool create
   for (size_t i = 0; i < kp.output_input.size(); ++i)
     call.outputs[i] = call.inputs[kp.output_input[i]];
   // Only a per-row kernel reads cols: a gradient-centralized graph (only on >= 2 dims, where
-  // its rows are row_cols()), a custom graph with row_* ops, or 8-bit state (rows are blocks).
-  call.cols = t.kernel->signature().per_row ? t.row_cols() : 0;
+  // its rows are row_cols()), a custom graph with row_* ops, or 8-bit state (rows are blocks);
+  // a per-column (factored) one also batch_rows: the matrices of its last two dims.
+  const KernelSignature& ks = t.kernel->signature();
+  call.cols = ks.per_col ? t.matrix_cols() : ks.per_row ? t.row_cols() : 0;
+  call.batch_rows = ks.per_col ? t.matrix_rows() : 0;
   if (const int64_t block = g.block_of(t)) {
     call.cols = block;
     call.n -= call.n % call.cols;
@@ -129,6 +140,7 @@ void slice_call(const KernelSignature& sig, const KernelCall& whole, int64_t beg
     lane.outputs[i] = at(whole.outputs[i], sig.outputs[i].dtype, sig.outputs[i].row_state);
   lane.n = n;
   lane.cols = whole.cols;
+  lane.batch_rows = whole.batch_rows;
   lane.device = whole.device;
   lane.cuda_stream = whole.cuda_stream;
   lane.serial = false;
@@ -151,13 +163,13 @@ bool tail_call(const Impl::Group& g, const Impl::Tensor& t, const KernelCall& wh
 }
 
 // Whether `t`'s call may run as slices in the round: host memory, a dense gradient, and a
-// kernel whose elements do not depend on where the call starts (no whole-tensor reduction, no
-// opaque op that needs the whole matrix, no stochastic rounding, which draws its bits by
-// element index).
+// kernel whose elements do not depend on where the call starts (no whole-tensor or column
+// reduction, no opaque op that needs the whole matrix, no stochastic rounding, which draws its
+// bits by element index).
 bool sliceable(const Impl& impl, const Impl::Group& g, const Impl::Tensor& t) {
   const KernelSignature& sig = t.kernel->signature();
   return impl.memory == Memory::Host && !t.sparse.set && g.plan_of(t).key_slot < 0 &&
-         !sig.reduces && !sig.whole;
+         !sig.reduces && !sig.per_col && !sig.whole;
 }
 
 // Appends the slices of round.calls[call]: one for a call that fits a single task, else

@@ -13,8 +13,8 @@ namespace optfuse {
 
 namespace {
 
-Graph build(const Options& config, const Options& overrides, DType param, DType grad,
-            int64_t numel) {
+Graph build(const Options& config, const Options& overrides, DType param, DType grad, int64_t numel,
+            int ndim) {
   optim::ParsedConfig parsed = optim::parse_config(config);
   const optim::UpdateRule& rule = *parsed.rule;
   const optim::StepControl control(parsed.step);
@@ -31,16 +31,18 @@ Graph build(const Options& config, const Options& overrides, DType param, DType 
   if (blocking.on())
     optim::check_blockable(recipe, optim::group_graph(recipe, false), "param group");
   const bool blocked = blocking.on() && (numel == 0 || blocking.applies(numel));
-  // (The graph of a tensor that gradient centralization applies to, as warm-up specs ask.)
-  return optim::group_graph(recipe, true, blocked);
+  // (The graph of a tensor that gradient centralization applies to, as warm-up specs ask; a
+  // factored rule's graph for matrices.)
+  const bool factored = ndim >= 2 && rule.factored_graph(group);
+  return optim::group_graph(recipe, true, blocked && !factored, factored);
 }
 
 }  // namespace
 
 Graph update_graph(const Options& config, const Options& overrides, DType param, DType grad,
-                   int64_t numel) {
+                   int64_t numel, int ndim) {
   try {
-    return build(config, overrides, param, grad, numel);
+    return build(config, overrides, param, grad, numel, ndim);
   } catch (const nlohmann::json::exception& e) {  // as parse_config (src/optim/config.cpp)
     throw Error(std::string("update_graph: ") + e.what());
   }

@@ -32,6 +32,7 @@ float fill_value(Role role) {
       return 1e-3f;
     case Role::State:
     case Role::RowState:
+    case Role::ColState:
       return 0.01f;
   }
   return 0.0f;

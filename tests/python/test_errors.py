@@ -22,6 +22,8 @@ BAD = {
                  dict(weight_decay=-1.0)],
     "ASGD": [dict(lr=-1.0), dict(lambd=-1.0), dict(alpha=-1.0), dict(weight_decay=-1.0)],
     "Rprop": [dict(lr=-1.0), dict(etas=(0.0, 1.2)), dict(etas=(0.5, 1.0)), dict(etas=(1.5, 2.0))],
+    "Adafactor": [dict(lr=-1.0), dict(beta2_decay=0.1), dict(eps=(-1.0, 1e-3)),
+                  dict(eps=(None, -1.0)), dict(d=0.5), dict(weight_decay=-1.0)],
 }
 CASES = [(name, kw) for name, kws in BAD.items() for kw in kws]
 

@@ -23,7 +23,8 @@ CASES = [("AdamW", dict(lr=1e-2, weight_decay=0.1)),
          ("RAdam", dict(lr=1e-2)),
          ("Adadelta", dict(lr=1.0)),
          ("ASGD", dict(lr=1e-2, t0=10.0)),  # eta, mu and ax all carried over mid-averaging
-         ("Rprop", dict(lr=1e-3))]
+         ("Rprop", dict(lr=1e-3)),
+         ("Adafactor", dict(lr=1e-2, weight_decay=1e-2))]  # row_var / col_var: [..., R, 1] ...
 
 
 def steps(opt, ps, first, count):

@@ -48,6 +48,8 @@ CASES = [
     ("ASGD", dict(lr=1e-2, lambd=1e-2, alpha=0.6, t0=20.0, weight_decay=1e-2, maximize=True)),
     ("Rprop", dict(lr=1e-3)),
     ("Rprop", dict(lr=1e-3, etas=(0.3, 2.0), step_sizes=(1e-4, 1e-2), maximize=True)),
+    ("Adafactor", dict()),
+    ("Adafactor", dict(lr=0.15, beta2_decay=-0.6, weight_decay=0.05, d=1.2)),
 ]
 
 

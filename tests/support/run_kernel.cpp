@@ -78,7 +78,13 @@ Tensors run_kernel(const Kernel& k, const Tensors& tensors, const Scalars& scala
   const KernelSignature& sig = k.signature();
   KernelCall call;
   std::vector<std::vector<unsigned char>> inputs, fresh;
+  // The element count: a per-element input's (row and column state hold fewer values).
   int64_t n = tensors.empty() ? 0 : static_cast<int64_t>(tensors.begin()->second.size());
+  for (const auto& in : sig.inputs)
+    if (in.role != Role::RowState && in.role != Role::ColState) {
+      n = static_cast<int64_t>(tensors.at(in.name).size());
+      break;
+    }
   for (const auto& in : sig.inputs) inputs.push_back(encode(tensors.at(in.name), in.dtype));
   for (auto& bytes : inputs) call.inputs.push_back(bytes.data());
   for (const auto& s : sig.scalars) call.scalars.push_back(scalars.at(s.name));
@@ -89,13 +95,15 @@ Tensors run_kernel(const Kernel& k, const Tensors& tensors, const Scalars& scala
     if (aliasing == Aliasing::InPlace && i >= 0) {
       out_bytes.push_back(&inputs[i]);
     } else {
-      fresh.emplace_back(n * dtype_size(o.dtype), 0xAB);
+      const size_t count = i >= 0 ? tensors.at(o.replaces).size() : static_cast<size_t>(n);
+      fresh.emplace_back(count * dtype_size(o.dtype), 0xAB);
       out_bytes.push_back(&fresh.back());
     }
     call.outputs.push_back(out_bytes.back()->data());
   }
   call.n = n;
   call.cols = options.cols;
+  call.batch_rows = options.batch_rows;
   std::vector<double> result_values(sig.results.size(), NAN);
   call.results = result_values.data();
   k.run(call);

@@ -20,7 +20,8 @@ Tensors run_kernel(const Kernel& k, const Tensors& tensors, const Scalars& scala
 
 struct RunOptions {
   Aliasing aliasing = Aliasing::InPlace;
-  int64_t cols = 0;  // KernelCall::cols (per-row kernels)
+  int64_t cols = 0;        // KernelCall::cols (per-row kernels)
+  int64_t batch_rows = 0;  // KernelCall::batch_rows (per-column kernels)
 };
 
 // The same, with the kernel's results (KernelCall::results) stored in `*results` by name.

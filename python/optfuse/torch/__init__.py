@@ -27,14 +27,15 @@ from .._engine import share_openmp as _share_openmp
 from ._captured import CapturedOptimizer, from_rule
 from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
 from .capture import CapturedRule, CaptureError, Grad, Param, State, rule
-from .optimizers import (ASGD, LAMB, LARS, LBFGS, SGD, Adadelta, Adagrad, Adam, Adamax, AdamW,
-                         Custom, Lion, Muon, NAdam, RAdam, RMSprop, Rprop, SparseAdam)
+from .optimizers import (ASGD, LAMB, LARS, LBFGS, SGD, Adadelta, Adafactor, Adagrad, Adam,
+                         Adamax, AdamW, Custom, Lion, Muon, NAdam, RAdam, RMSprop, Rprop,
+                         SparseAdam)
 
 # torch's CPU ops run on its OpenMP threads; optfuse's steps go there too (optfuse._engine).
 _share_openmp()
 
 __all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
-           "Adadelta", "ASGD", "Rprop", "SparseAdam", "Muon", "LBFGS", "Lion", "LAMB", "LARS",
-           "Custom", "FusedOptimizer", "STEP_OPTIONS",
+           "Adadelta", "ASGD", "Rprop", "Adafactor", "SparseAdam", "Muon", "LBFGS", "Lion",
+           "LAMB", "LARS", "Custom", "FusedOptimizer", "STEP_OPTIONS",
            "EXTRA_GROUP_OPTIONS", "rule", "from_rule", "CapturedRule", "CapturedOptimizer",
            "CaptureError", "Param", "Grad", "State"]

@@ -61,6 +61,13 @@ def scalar_initial(initial, group: dict) -> float:
     return float(plain(initial(group) if callable(initial) else initial))
 
 
+def own_shape(shape, work: torch.Tensor) -> bool:
+    """Whether a state buffer of `shape` (its spec's) has a shape other than the tensor the
+    kernels update (`work`: the param, or under FSDP2 its local shard, whose shape the spec has):
+    8-bit state's scales, Adafactor's row_var and col_var."""
+    return tuple(shape) != tuple(work.shape) and not (work.dim() == 0 and tuple(shape) == (1,))
+
+
 def is_dtensor(t) -> bool:
     """A DTensor (torch.distributed.tensor), recognized without importing torch.distributed."""
     return hasattr(t, "_local_tensor") and hasattr(t, "placements")
@@ -88,16 +95,17 @@ def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
         sa == sb for sa, sb, n in zip(a.stride(), b.stride(), a.shape) if n > 1)
 
 
-def param_mode(p: torch.Tensor, blocked: bool) -> int:
+def param_mode(p: torch.Tensor, contiguous: bool) -> int:
     """How `p` reaches the kernels. A dense param in another dim order runs in place when dim 0
     stays outermost (channels_last): the kernels' rows (gradient centralization, per-row rules)
-    are then still its rows. 8-bit state (`blocked`) keeps its codes in the contiguous order."""
+    are then still its rows. `contiguous`: the kernel needs the contiguous order (8-bit state
+    keeps its codes in it; Adafactor's factored kernel reads the matrices of the last two dims)."""
     if is_dtensor(p):
         return DTENSOR
     if p.is_contiguous():
         return DIRECT
     outermost = p.dim() == 0 or p.stride(0) * p.shape[0] == p.numel() or p.shape[0] == 1
-    return DIRECT if is_dense(p) and outermost and not blocked else STAGED
+    return DIRECT if is_dense(p) and outermost and not contiguous else STAGED
 
 
 class Group:
@@ -158,7 +166,13 @@ class Binding:
             for g in sorted(by_dtype.values(), key=lambda g: g.cpp):
                 entries = []
                 for pi, p in zip(g.active, g.params):
-                    mode = param_mode(p, blocked)
+                    factored = opt._optfuse_factored and p.dim() >= 2
+                    mode = param_mode(p, blocked or factored)
+                    if mode == DTENSOR and factored:
+                        raise ValueError(f"{name_of(gi, pi, p)}: {type(opt).__name__} factors the "
+                                         "second moment of a matrix over its rows and columns, "
+                                         "but under FSDP2 each rank holds a shard of it: not "
+                                         "supported (use torch.optim's)")
                     work = local(p) if mode != STAGED else torch.empty(
                         p.shape, dtype=p.dtype, device=p.device)
                     g.modes.append(mode)
@@ -255,7 +269,7 @@ class Binding:
                 if name in new:
                     fresh.add(id(t))
         where = name_of(g.index, g.active[k], p)
-        for name, dtype, initial, from_param, numel in spec:
+        for name, dtype, initial, from_param, numel, shape in spec:
             want = TORCH_DTYPES[dtype]
             t = st.get(name)
             made = t is None
@@ -269,15 +283,15 @@ class Binding:
                     t = p.detach().to(dtype=want, copy=True)
                     if mode == STAGED:
                         t = t.contiguous()
-                elif numel != work.numel():  # 8-bit state's scales: one per block
-                    t = torch.full((numel,), initial, dtype=want, device=work.device)
+                elif own_shape(shape, work):  # 8-bit scales, Adafactor's row_var / col_var
+                    t = torch.full(shape, initial, dtype=want, device=work.device)
                     fresh.add(id(t))
                 else:  # in the param's layout (torch: zeros_like(p, preserve_format))
                     t = torch.full_like(p, initial, dtype=want) if mode != STAGED else \
                         torch.full(p.shape, initial, dtype=want, device=p.device)
                     fresh.add(id(t))  # new state until a step is applied with it
             else:
-                t = self._checked_state(t, p, work, mode, name, want, where, numel)
+                t = self._checked_state(t, p, work, mode, name, want, where, shape)
             st[name] = t
             buf = local(t)
             self.keep.append(buf.untyped_storage())
@@ -296,17 +310,20 @@ class Binding:
                                   "f64" if s.dtype == torch.float64 else "f32")
 
     @staticmethod
-    def _checked_state(t, p, work, mode, name, want, where, numel=None) -> torch.Tensor:
+    def _checked_state(t, p, work, mode, name, want, where, shape=None) -> torch.Tensor:
         """A state tensor from the user or a checkpoint, as the kernel needs it: its dtype and
-        device, and the layout of what the kernels update (the param's, or contiguous)."""
+        device, and the layout of what the kernels update (the param's, or contiguous; state of
+        a shape of its own, contiguous)."""
         where = f"{where}: state '{name}'"
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{where} is a {type(t).__name__}, not a tensor")
-        if numel is not None and numel != work.numel():  # 8-bit state's scales
-            if t.shape != (numel,):
+        if shape is not None and own_shape(shape, work):
+            if tuple(t.shape) != tuple(shape):
+                why = ("one scale per block (was it made with another block_size?)"
+                       if name.endswith(_state8.SCALES) else
+                       "one value per row or column of each matrix of the param's last two dims")
                 raise ValueError(f"{where} has shape {tuple(t.shape)}, the state needs "
-                                 f"({numel},): one scale per block (was it made with another "
-                                 "block_size?)")
+                                 f"{tuple(shape)}: {why}")
             if t.dtype != want or t.device != work.device or not t.is_contiguous():
                 t = t.to(dtype=want, device=work.device, memory_format=torch.contiguous_format,
                          copy=True)

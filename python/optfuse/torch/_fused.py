@@ -59,6 +59,9 @@ class FusedOptimizer:
     # without it is complete.
     _optfuse_lazy_state: tuple = ()
     _optfuse_sparse = False
+    # The update of params of two or more dims factors over their last two dims (Adafactor):
+    # their kernels read them in the contiguous order.
+    _optfuse_factored = False
 
     def _optfuse_setup(self, step_options: dict) -> None:
         for flag in _REFUSED_FLAGS:
@@ -271,7 +274,7 @@ class FusedOptimizer:
                 b.idle_steps.append(st[name])
         like = next((g for g in b.groups if g.params and g.params[0].dtype == p.dtype), None)
         if like is not None:
-            for name, dtype, initial, from_param, _ in b.core.state_spec(like.cpp):
+            for name, dtype, initial, from_param, _, _ in b.core.state_spec(like.cpp):
                 want = TORCH_DTYPES[dtype]
                 if name not in st:
                     st[name] = p.detach().to(dtype=want, copy=True) if from_param else \
