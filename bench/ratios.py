@@ -2,6 +2,7 @@
 """Reads a bench_update JSON file (--benchmark_out=FILE) and prints, per size, each variant's
 bytes/s and its ratios to the ceiling with the same traffic and to the fused kernel. With
 --benchmark_repetitions it uses the median aggregate; otherwise the single run."""
+
 import json
 import sys
 from collections import defaultdict

@@ -28,6 +28,7 @@ instead. matplotlib comes from the set-up (scripts/python_setup.sh); this script
 nothing, and without matplotlib it writes the report without the plot and says why. Figures are
 only comparable within one report: run it on a quiet machine.
 """
+
 import argparse
 import datetime
 import json
@@ -42,16 +43,21 @@ from report_precision import plot_precision, precision_rows, precision_table
 
 ALL_SIZES = [1 << p for p in range(10, 27, 2)]
 HERE = os.path.dirname(os.path.abspath(__file__))
-VENV_PYTHON = os.path.join(os.environ.get("OPTFUSE_VENV") or
-                           os.path.expanduser("~/.cache/optfuse/venv"), "bin", "python")
-SETUP_HINT = ("run `bash scripts/python_setup.sh`, then `~/.cache/optfuse/venv/bin/python "
-              "bench/report.py` (or pass --python)")
+VENV_PYTHON = os.path.join(
+    os.environ.get("OPTFUSE_VENV") or os.path.expanduser("~/.cache/optfuse/venv"), "bin", "python"
+)
+SETUP_HINT = (
+    "run `bash scripts/python_setup.sh`, then `~/.cache/optfuse/venv/bin/python "
+    "bench/report.py` (or pass --python)"
+)
 # bench_torch.py's contenders, as the plot and the table name them, in drawing order.
-TORCH_LINES = [("torch AdamW foreach=False (for-loop)", "torch for-loop (foreach=False)"),
-               ("torch AdamW foreach=True", "torch foreach=True"),
-               ("torch AdamW fused=True", "torch fused=True"),
-               ("optfuse.torch.AdamW", "optfuse.torch.AdamW"),
-               ("ceiling 4r3w (optfuse kernel)", "ceiling (4-read-3-write)")]
+TORCH_LINES = [
+    ("torch AdamW foreach=False (for-loop)", "torch for-loop (foreach=False)"),
+    ("torch AdamW foreach=True", "torch foreach=True"),
+    ("torch AdamW fused=True", "torch fused=True"),
+    ("optfuse.torch.AdamW", "optfuse.torch.AdamW"),
+    ("ceiling 4r3w (optfuse kernel)", "ceiling (4-read-3-write)"),
+]
 LAYOUTS = [("gpt2", "GPT-2 small"), ("resnet50", "ResNet-50")]
 
 
@@ -79,8 +85,11 @@ def size_filter(sizes):
 
 
 def rows(data):
-    return [b for b in (data or {}).get("benchmarks", []) if b.get("run_type", "iteration") == "iteration"
-            and not b.get("error_occurred")]
+    return [
+        b
+        for b in (data or {}).get("benchmarks", [])
+        if b.get("run_type", "iteration") == "iteration" and not b.get("error_occurred")
+    ]
 
 
 def gbps(b):
@@ -100,13 +109,23 @@ def machine():
     if get("cpu family"):
         name += f" (family {get('cpu family')}, model {get('model')})"
     avx512 = sorted({f for f in get("flags").split() if f.startswith("avx512")})
-    return {"cpu": name, "cpus": os.cpu_count(), "avx512": avx512,
-            "loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+    return {
+        "cpu": name,
+        "cpus": os.cpu_count(),
+        "avx512": avx512,
+        "loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
 
 
 def imports(python, modules):
-    return subprocess.run([python, "-c", "import " + ", ".join(modules)], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode == 0
+    return (
+        subprocess.run(
+            [python, "-c", "import " + ", ".join(modules)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ).returncode
+        == 0
+    )
 
 
 def find_python(asked, modules):
@@ -116,17 +135,27 @@ def find_python(asked, modules):
     for py in candidates:
         if py and os.path.exists(py) and imports(py, modules):
             return py, ""
-    return None, (f"{' / '.join(c for c in candidates if c)} cannot import {', '.join(modules)}; "
-                  + SETUP_HINT)
+    return None, (
+        f"{' / '.join(c for c in candidates if c)} cannot import {', '.join(modules)}; "
+        + SETUP_HINT
+    )
 
 
 def run_torch(python, out_json, sizes, quick, log):
     """bench_torch.py over one tensor per size and the model layouts; its JSON, or None."""
     # --quick makes bench_torch's flatN one tensor of 2^(N-4) and divides model dims by 8.
     flats = [f"flat{n.bit_length() - 1 + (4 if quick else 0)}" for n in sizes]
-    cmd = [python, os.path.join(HERE, "python", "bench_torch.py"),
-           "--cases", ",".join(flats + [k for k, _ in LAYOUTS]), "--no-compile",
-           "--no-deepspeed", "--no-overhead", "--out-json", out_json] + (["--quick"] if quick else [])
+    cmd = [
+        python,
+        os.path.join(HERE, "python", "bench_torch.py"),
+        "--cases",
+        ",".join(flats + [k for k, _ in LAYOUTS]),
+        "--no-compile",
+        "--no-deepspeed",
+        "--no-overhead",
+        "--out-json",
+        out_json,
+    ] + (["--quick"] if quick else [])
     print("report:", " ".join(cmd), file=sys.stderr, flush=True)
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -159,39 +188,58 @@ def torch_series(res):
 def cpp_series(update_rows):
     """bench_update's lines in the same shape: median, min and max over repetitions."""
     out = {}
-    for key, label in (("AdamW_Unfused", "C++ unfused (8 kernels, torch eager's order)"),
-                       ("AdamW_Fused", "optfuse fused (C++ Kernel::run)"),
-                       ("Ceiling_4R3W", "ceiling (4-read-3-write)")):
+    for key, label in (
+        ("AdamW_Unfused", "C++ unfused (8 kernels, torch eager's order)"),
+        ("AdamW_Fused", "optfuse fused (C++ Kernel::run)"),
+        ("Ceiling_4R3W", "ceiling (4-read-3-write)"),
+    ):
         by = {}
         for b in update_rows:
             parts = b["name"].split("/")
             if parts[0] == "BM_" + key:
                 by.setdefault(int(parts[1]), []).append(gbps(b))
-        out[label] = {"sizes": [(n, statistics.median(v), min(v), max(v))
-                                for n, v in sorted(by.items())], "layouts": {}}
+        out[label] = {
+            "sizes": [(n, statistics.median(v), min(v), max(v)) for n, v in sorted(by.items())],
+            "layouts": {},
+        }
     return out
 
 
 def plot(data, png):
     """data: {"quick", "machine", "torch" (bench_torch JSON or None), "update_rows", "why"}."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     res, m = data["torch"], data["machine"]
     series = torch_series(res) if res else cpp_series(data["update_rows"])
     layouts = [(k, lab) for k, lab in LAYOUTS if any(k in s["layouts"] for s in series.values())]
-    fig, axes = plt.subplots(1, 2 if layouts else 1, figsize=(12 if layouts else 7.5, 5),
-                             gridspec_kw={"width_ratios": [2.2, 1]} if layouts else None,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        2 if layouts else 1,
+        figsize=(12 if layouts else 7.5, 5),
+        gridspec_kw={"width_ratios": [2.2, 1]} if layouts else None,
+        squeeze=False,
+    )
     ax = axes[0][0]
     for label, s in series.items():
         if not s["sizes"]:
             continue
         n, med, lo, hi = zip(*s["sizes"])
         ceiling = label.startswith("ceiling")
-        ax.errorbar(n, med, yerr=[[a - b for a, b in zip(med, lo)], [b - a for a, b in zip(med, hi)]],
-                    marker="o", ms=4, capsize=3, lw=1.2, label=label,
-                    ls="--" if ceiling else "-", color="k" if ceiling else None)
+        ax.errorbar(
+            n,
+            med,
+            yerr=[[a - b for a, b in zip(med, lo)], [b - a for a, b in zip(med, hi)]],
+            marker="o",
+            ms=4,
+            capsize=3,
+            lw=1.2,
+            label=label,
+            ls="--" if ceiling else "-",
+            color="k" if ceiling else None,
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("elements in one fp32 tensor")
@@ -206,27 +254,50 @@ def plot(data, png):
         for i, lab in enumerate(names):
             vals = [series[lab]["layouts"].get(k, (0, 0, 0)) for k, _ in layouts]
             med = [v[0] for v in vals]
-            bx.bar([j + i * w for j in range(len(layouts))], med, w, label=lab,
-                   color="k" if lab.startswith("ceiling") else f"C{i}",
-                   yerr=[[v[0] - v[1] for v in vals], [v[2] - v[0] for v in vals]],
-                   error_kw={"elinewidth": 0.8, "capsize": 2})
-        labels = [next(c["label"] for key, c in res["cases"].items() if key == k)
-                  for k, _ in layouts]
+            bx.bar(
+                [j + i * w for j in range(len(layouts))],
+                med,
+                w,
+                label=lab,
+                color="k" if lab.startswith("ceiling") else f"C{i}",
+                yerr=[[v[0] - v[1] for v in vals], [v[2] - v[0] for v in vals]],
+                error_kw={"elinewidth": 0.8, "capsize": 2},
+            )
+        labels = [
+            next(c["label"] for key, c in res["cases"].items() if key == k) for k, _ in layouts
+        ]
         bx.set_xticks([j + 0.4 - w / 2 for j in range(len(layouts))], labels, fontsize=8)
         bx.set_title("model layouts (examples/specs/); colours as left", fontsize=10)
         bx.set_ylabel("GB/s (28 B/element)")
         bx.grid(True, axis="y", alpha=0.3)
-    what = (f"torch {res['machine']['torch']} ({res['machine']['torch_threads']} threads), "
+    what = (
+        (
+            f"torch {res['machine']['torch']} ({res['machine']['torch_threads']} threads), "
             f"{res['args']['rounds']} interleaved rounds x {res['args']['steps']} steps; "
-            "median, whiskers: slowest..fastest round") if res else \
-        ("no torch run (" + data["why"][:60] + "): bench_update's C++ lines, "
-         "min..max of 3 repetitions")
+            "median, whiskers: slowest..fastest round"
+        )
+        if res
+        else (
+            "no torch run (" + data["why"][:60] + "): bench_update's C++ lines, "
+            "min..max of 3 repetitions"
+        )
+    )
     avx = "AVX-512" if m["avx512"] else "no AVX-512"
     load = f", load average {m['loadavg']:.1f}" if m.get("loadavg") is not None else ""
     fig.suptitle(f"AdamW step, {m['cpu']}, {m['cpus']} CPUs, {avx}{load}\n{what}", fontsize=9)
     if data["quick"]:
-        fig.text(0.5, 0.5, "SMOKE TEST\nnot figures", ha="center", va="center", fontsize=44,
-                 color="red", alpha=0.25, rotation=20, weight="bold")
+        fig.text(
+            0.5,
+            0.5,
+            "SMOKE TEST\nnot figures",
+            ha="center",
+            va="center",
+            fontsize=44,
+            color="red",
+            alpha=0.25,
+            rotation=20,
+            weight="bold",
+        )
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
@@ -236,8 +307,11 @@ def plot_with(python, data, out_dir, png):
     path = os.path.join(out_dir, "plot_input.json")
     with open(path, "w") as f:
         json.dump(data, f)
-    r = subprocess.run([python, os.path.abspath(__file__), "--plot-only", path, png],
-                       stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(
+        [python, os.path.abspath(__file__), "--plot-only", path, png],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return r.returncode == 0, r.stderr[-300:]
 
 
@@ -249,13 +323,14 @@ def torch_table(res):
     fmt = lambda v: f"{v[0]:.3g} ({v[1]:.3g}–{v[2]:.3g})" if v else ""
     for key, c in res["cases"].items():
         if key.startswith("flat"):
-            cells = [next((v[1:] for v in series[lab]["sizes"] if v[0] == c["elements"]), None)
-                     for lab in labels]
+            cells = [
+                next((v[1:] for v in series[lab]["sizes"] if v[0] == c["elements"]), None)
+                for lab in labels
+            ]
         else:
             cells = [series[lab]["layouts"].get(key) for lab in labels]
         what = c["label"] if key.startswith("flat") else f"{c['label']} ({c['tensors']} tensors)"
-        lines.append(f"| {what} | " +
-                     " | ".join(fmt(v) for v in cells) + " |")
+        lines.append(f"| {what} | " + " | ".join(fmt(v) for v in cells) + " |")
     return lines
 
 
@@ -283,14 +358,28 @@ def main():
             data = json.load(f)
         (plot_precision if "precision" in data else plot)(data, sys.argv[3])
         return 0
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--build", default="build", help="build directory (default: build)")
-    ap.add_argument("--out", default="bench/report", help="output directory (default: bench/report)")
+    ap.add_argument(
+        "--out", default="bench/report", help="output directory (default: bench/report)"
+    )
     ap.add_argument("--quick", action="store_true", help="small sizes, short runs (smoke test)")
-    ap.add_argument("--min-time", type=float, default=None, help="seconds per benchmark (default 0.2; quick 0.01)")
-    ap.add_argument("--max-size", type=int, default=None, help="largest size (default 2^26; quick 2^18)")
-    ap.add_argument("--python", help="interpreter with torch, optfuse.torch and matplotlib "
-                    "(default: this one, else ~/.cache/optfuse/venv/bin/python or $OPTFUSE_VENV's)")
+    ap.add_argument(
+        "--min-time",
+        type=float,
+        default=None,
+        help="seconds per benchmark (default 0.2; quick 0.01)",
+    )
+    ap.add_argument(
+        "--max-size", type=int, default=None, help="largest size (default 2^26; quick 2^18)"
+    )
+    ap.add_argument(
+        "--python",
+        help="interpreter with torch, optfuse.torch and matplotlib "
+        "(default: this one, else ~/.cache/optfuse/venv/bin/python or $OPTFUSE_VENV's)",
+    )
     ap.add_argument("--no-torch", action="store_true", help="no torch run (C++ suites only)")
     ap.add_argument("--no-plot", action="store_true", help="no PNG")
     a = ap.parse_args()
@@ -302,22 +391,38 @@ def main():
     b = os.path.join(a.build, "bench")
     common = [f"--benchmark_min_time={min_time}"]
     log = []
-    update = run_bench(os.path.join(b, "bench_update"), os.path.join(a.out, "update.json"),
-                       common + ["--benchmark_repetitions=3",
-                                 "--benchmark_filter=BM_(AdamW_Fused|AdamW_Unfused|Ceiling_4R3W)"
-                                 + size_filter(sizes)], log)
+    update = run_bench(
+        os.path.join(b, "bench_update"),
+        os.path.join(a.out, "update.json"),
+        common
+        + [
+            "--benchmark_repetitions=3",
+            "--benchmark_filter=BM_(AdamW_Fused|AdamW_Unfused|Ceiling_4R3W)" + size_filter(sizes),
+        ],
+        log,
+    )
     # Quick: three optimizers in f32 and AdamW in bf16 only (each kernel's compile is most of a
     # quick run's time).
     only = "Matrix/((adamw|sgd|lion)/f32|adamw/bf16)" if a.quick else ""
-    matrix = run_bench(os.path.join(b, "bench_matrix"), os.path.join(a.out, "matrix.json"),
-                       common + ["--benchmark_filter=" + only + size_filter(sizes)], log)
-    precision = run_bench(os.path.join(b, "bench_precision"), os.path.join(a.out, "precision.json"),
-                          common + ["--benchmark_filter=Precision/.*" + size_filter(sizes)], log)
+    matrix = run_bench(
+        os.path.join(b, "bench_matrix"),
+        os.path.join(a.out, "matrix.json"),
+        common + ["--benchmark_filter=" + only + size_filter(sizes)],
+        log,
+    )
+    precision = run_bench(
+        os.path.join(b, "bench_precision"),
+        os.path.join(a.out, "precision.json"),
+        common + ["--benchmark_filter=Precision/.*" + size_filter(sizes)],
+        log,
+    )
     startup_filter = ["--benchmark_filter=Startup_Warm|FirstStep_Warm"] if a.quick else []
-    startup = run_bench(os.path.join(b, "bench_startup"), os.path.join(a.out, "startup.json"),
-                        startup_filter, log)
-    small = run_bench(os.path.join(b, "bench_small_tensors"), os.path.join(a.out, "small.json"),
-                      common, log)
+    startup = run_bench(
+        os.path.join(b, "bench_startup"), os.path.join(a.out, "startup.json"), startup_filter, log
+    )
+    small = run_bench(
+        os.path.join(b, "bench_small_tensors"), os.path.join(a.out, "small.json"), common, log
+    )
     torch_res, torch_why = None, "--no-torch"
     if not a.no_torch:
         tpy, torch_why = find_python(a.python, ["torch", "optfuse.torch"])
@@ -328,16 +433,22 @@ def main():
             log.append(f"- torch run skipped: {torch_why}")
 
     m = machine()
-    md = [f"# optfuse benchmark report{' — smoke test' if a.quick else ''}", "",
-          f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {platform.node()}; CPU: {m['cpu']}, "
-          f"{m['cpus']} CPUs, AVX-512: {' '.join(m['avx512']) or 'none'}; load average at the "
-          f"end {m['loadavg']:.1f}; {'quick (smoke test: not figures)' if a.quick else 'full'} "
-          f"run, min time {min_time} s per benchmark, sizes {human(sizes[0])}..{human(sizes[-1])}.",
-          ""]
+    md = [
+        f"# optfuse benchmark report{' — smoke test' if a.quick else ''}",
+        "",
+        f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {platform.node()}; CPU: {m['cpu']}, "
+        f"{m['cpus']} CPUs, AVX-512: {' '.join(m['avx512']) or 'none'}; load average at the "
+        f"end {m['loadavg']:.1f}; {'quick (smoke test: not figures)' if a.quick else 'full'} "
+        f"run, min time {min_time} s per benchmark, sizes {human(sizes[0])}..{human(sizes[-1])}.",
+        "",
+    ]
     if matrix:
         ctx = matrix.get("context", {})
-        md += [f"Machine: {ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz; caches: " +
-               ", ".join(f"L{c['level']} {c['size'] >> 10} KiB" for c in ctx.get("caches", [])), ""]
+        md += [
+            f"Machine: {ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz; caches: "
+            + ", ".join(f"L{c['level']} {c['size'] >> 10} KiB" for c in ctx.get("caches", [])),
+            "",
+        ]
 
     png = os.path.join(a.out, "gbps_vs_size.png")
     urows = rows(update)
@@ -345,8 +456,13 @@ def main():
         python, why = find_python(a.python, ["matplotlib"])
         ok = False
         if python:
-            data = {"quick": a.quick, "machine": m, "torch": torch_res, "update_rows": urows,
-                    "why": torch_why}
+            data = {
+                "quick": a.quick,
+                "machine": m,
+                "torch": torch_res,
+                "update_rows": urows,
+                "why": torch_why,
+            }
             ok, why = plot_with(python, data, a.out, png)
         md += [f"![GB/s against size]({os.path.basename(png)})" if ok else f"(no plot: {why})", ""]
 
@@ -356,45 +472,66 @@ def main():
         python, why = find_python(a.python, ["matplotlib"])
         ok = False
         if python:
-            ok, why = plot_with(python, {"quick": a.quick, "machine": m, "precision": prows},
-                                a.out, ppng)
-        md += [f"![step time against bytes per element]({os.path.basename(ppng)})" if ok
-               else f"(no precision plot: {why})", ""]
+            ok, why = plot_with(
+                python, {"quick": a.quick, "machine": m, "precision": prows}, a.out, ppng
+            )
+        md += [
+            f"![step time against bytes per element]({os.path.basename(ppng)})"
+            if ok
+            else f"(no precision plot: {why})",
+            "",
+        ]
 
     md += ["## AdamW from PyTorch: torch.optim vs optfuse.torch (GB/s)", ""]
     if torch_res:
         tm = torch_res["machine"]
-        md += [f"`bench/python/bench_torch.py` in one process: torch {tm['torch']} "
-               f"({tm['torch_threads']} threads), {torch_res['args']['rounds']} interleaved rounds "
-               f"x {torch_res['args']['steps']} steps, median of round medians (slowest–fastest "
-               "round); GB/s at 28 B/element, so ratios are speed ratios. Load average at its "
-               f"start / end: {tm['loadavg_start']:.1f} / {tm['loadavg_end']:.1f}.", ""]
+        md += [
+            f"`bench/python/bench_torch.py` in one process: torch {tm['torch']} "
+            f"({tm['torch_threads']} threads), {torch_res['args']['rounds']} interleaved rounds "
+            f"x {torch_res['args']['steps']} steps, median of round medians (slowest–fastest "
+            "round); GB/s at 28 B/element, so ratios are speed ratios. Load average at its "
+            f"start / end: {tm['loadavg_start']:.1f} / {tm['loadavg_end']:.1f}.",
+            "",
+        ]
         md += torch_table(torch_res) + [""]
     else:
         md += [f"(not run: {torch_why})", ""]
 
     md += ["## AdamW in C++: fused vs unfused vs ceiling (GB/s, median of 3 repetitions)", ""]
     if urows:
-        md += ["| size | fused | unfused | ceiling | fused / ceiling |", "| --- | --- | --- | --- | --- |"]
+        md += [
+            "| size | fused | unfused | ceiling | fused / ceiling |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         cs = {lab: {n: v for n, v, _, _ in s["sizes"]} for lab, s in cpp_series(urows).items()}
-        u, f, c = (cs[k] for k in cs)   # unfused, fused, ceiling
+        u, f, c = (cs[k] for k in cs)  # unfused, fused, ceiling
         fmt = lambda v: f"{v:.1f}" if v else ""
         for n in sizes:
             fn, un, cn = f.get(n), u.get(n), c.get(n)
-            md.append(f"| {human(n)} | {fmt(fn)} | {fmt(un)} | {fmt(cn)} | "
-                      f"{f'{fn / cn:.2f}' if fn and cn else ''} |")
+            md.append(
+                f"| {human(n)} | {fmt(fn)} | {fmt(un)} | {fmt(cn)} | "
+                f"{f'{fn / cn:.2f}' if fn and cn else ''} |"
+            )
         md.append("")
     else:
         md += ["(no results)", ""]
-    md += ["## Every optimizer: GB/s (share of the 4-read-3-write ceiling, median of pairs)", "",
-           "One tensor through `Optimizer::step()`; share is GB/s over the ceiling's GB/s at the same "
-           "size, so optimizers moving less than 28 B/element (SGD: 12) cannot reach 1.0.", ""]
+    md += [
+        "## Every optimizer: GB/s (share of the 4-read-3-write ceiling, median of pairs)",
+        "",
+        "One tensor through `Optimizer::step()`; share is GB/s over the ceiling's GB/s at the same "
+        "size, so optimizers moving less than 28 B/element (SGD: 12) cannot reach 1.0.",
+        "",
+    ]
     md += matrix_table(rows(matrix), sizes) + [""]
 
-    md += ["## AdamW by precision: step time (share of a ceiling moving the same bytes)", "",
-           "`bench_precision`: one tensor through `Optimizer::step()`, every timed step followed "
-           "by one timed step of the 4-read-3-write graph with the same precision options and "
-           "dtypes (the same loads and stores); median of the pairs' ratios.", ""]
+    md += [
+        "## AdamW by precision: step time (share of a ceiling moving the same bytes)",
+        "",
+        "`bench_precision`: one tensor through `Optimizer::step()`, every timed step followed "
+        "by one timed step of the 4-read-3-write graph with the same precision options and "
+        "dtypes (the same loads and stores); median of the pairs' ratios.",
+        "",
+    ]
     md += precision_table(prows, sizes) + [""]
 
     md += ["## Start-up (compile and cache latency)", ""]
@@ -402,7 +539,8 @@ def main():
     if srows:
         md += ["| benchmark | ms |", "| --- | --- |"]
         for r in srows:
-            md.append(f"| {r['name']} | {r['real_time'] if r['time_unit'] == 'ms' else r['real_time'] / 1e6:.2f} |")
+            ms = r["real_time"] if r["time_unit"] == "ms" else r["real_time"] / 1e6
+            md.append(f"| {r['name']} | {ms:.2f} |")
         md.append("")
     else:
         md += ["(no results)", ""]
@@ -411,13 +549,20 @@ def main():
     trows = {r["name"].split("/")[0]: r for r in rows(small)}
     if "BM_Step_ManySmall" in trows and "BM_Step_OneLarge" in trows:
         ms, ol = trows["BM_Step_ManySmall"], trows["BM_Step_OneLarge"]
-        md += [f"1000 x 1K tensors: {ms['real_time']:.1f} {ms['time_unit']} per step; one 1M tensor: "
-               f"{ol['real_time']:.1f} {ol['time_unit']}; ratio {ms['real_time'] / ol['real_time']:.2f} "
-               "(target <= 2).", ""]
+        md += [
+            f"1000 x 1K tensors: {ms['real_time']:.1f} {ms['time_unit']} per step; one 1M tensor: "
+            f"{ol['real_time']:.1f} {ol['time_unit']}; "
+            f"ratio {ms['real_time'] / ol['real_time']:.2f} "
+            "(target <= 2).",
+            "",
+        ]
         if "BM_Step_ManySmall_NewGrads" in trows:
             ng = trows["BM_Step_ManySmall_NewGrads"]
-            md += [f"The same with new gradient buffers every step (set_grad x 1000, then step): "
-                   f"{ng['real_time']:.1f} {ng['time_unit']}.", ""]
+            md += [
+                f"The same with new gradient buffers every step (set_grad x 1000, then step): "
+                f"{ng['real_time']:.1f} {ng['time_unit']}.",
+                "",
+            ]
     else:
         md += ["(no results)", ""]
     if log:

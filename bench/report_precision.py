@@ -1,6 +1,7 @@
 """bench/report.py's precision part: bench_precision's rows, the plot of AdamW's step time
 against the bytes it moves per element for every way of storing params and state, and its table.
 """
+
 import statistics
 
 
@@ -10,13 +11,15 @@ def human(n):  # as report.py writes sizes
 
 
 # bench_precision's variants: label, colour.
-PRECISION_VARIANTS = [("f32", "f32 params, f32 state"),
-                      ("f32_state_bf16", "f32 params, bf16 state"),
-                      ("f32_state_int8", "f32 params, 8-bit state (state_dtype int8)"),
-                      ("bf16_master", "bf16 params + f32 master, f32 state"),
-                      ("bf16_master_bf16", "bf16 params + f32 master, bf16 state"),
-                      ("bf16_no_master", "bf16 params, no master (torch's way)"),
-                      ("f16_no_master", "f16 params, no master")]
+PRECISION_VARIANTS = [
+    ("f32", "f32 params, f32 state"),
+    ("f32_state_bf16", "f32 params, bf16 state"),
+    ("f32_state_int8", "f32 params, 8-bit state (state_dtype int8)"),
+    ("bf16_master", "bf16 params + f32 master, f32 state"),
+    ("bf16_master_bf16", "bf16 params + f32 master, bf16 state"),
+    ("bf16_no_master", "bf16 params, no master (torch's way)"),
+    ("f16_no_master", "f16 params, no master"),
+]
 
 
 def precision_rows(rows_):
@@ -32,8 +35,10 @@ def precision_rows(rows_):
 def plot_precision(data, png):
     """Step time against bytes per element, one panel per size (the two largest run)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     by = {int(k): v for k, v in data["precision"].items()}
     sizes = sorted(by)[-2:]
     m = data["machine"]
@@ -46,18 +51,29 @@ def plot_precision(data, png):
                 continue
             x, y, c = b["B_per_elem"], b["step_ms"], b["ceiling_ms"]
             xs.append(x)
-            ax.plot([x], [y], "o", ms=7, color=f"C{i}",
-                    label=f"{label}: {y:.3g} ms, {b['share']:.2f} of its ceiling")
+            ax.plot(
+                [x],
+                [y],
+                "o",
+                ms=7,
+                color=f"C{i}",
+                label=f"{label}: {y:.3g} ms, {b['share']:.2f} of its ceiling",
+            )
             ax.plot([x], [c], "_", ms=16, mew=2, color="k")
             ax.plot([x, x], [c, y], "-", lw=0.8, color=f"C{i}")
         if xs:
             # The ceilings' time per byte, as a line through the origin: what moving fewer bytes
             # can buy at best.
-            rate = statistics.median(by[n][k]["ceiling_ms"] / by[n][k]["B_per_elem"]
-                                     for k in by[n])
+            rate = statistics.median(by[n][k]["ceiling_ms"] / by[n][k]["B_per_elem"] for k in by[n])
             top = max(xs) * 1.1
-            ax.plot([0, top], [0, rate * top], "--", color="k", lw=0.8,
-                    label="ceilings (black marks); dashed: median ceiling time per byte")
+            ax.plot(
+                [0, top],
+                [0, rate * top],
+                "--",
+                color="k",
+                lw=0.8,
+                label="ceilings (black marks); dashed: median ceiling time per byte",
+            )
         ax.set_xlim(0, None)
         ax.set_ylim(0, None)
         ax.set_xlabel("bytes per element per step (param, grad, state, master)")
@@ -67,12 +83,25 @@ def plot_precision(data, png):
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))  # off the points
     avx = "AVX-512" if m["avx512"] else "no AVX-512"
     load = f", load average {m['loadavg']:.1f}" if m.get("loadavg") is not None else ""
-    fig.suptitle(f"AdamW step time by precision, {m['cpu']}, {m['cpus']} CPUs, {avx}{load}\n"
-                 "bench_precision: Optimizer::step(), each step paired with a ceiling step moving "
-                 "the same bytes", fontsize=9)
+    fig.suptitle(
+        f"AdamW step time by precision, {m['cpu']}, {m['cpus']} CPUs, {avx}{load}\n"
+        "bench_precision: Optimizer::step(), each step paired with a ceiling step moving "
+        "the same bytes",
+        fontsize=9,
+    )
     if data["quick"]:
-        fig.text(0.5, 0.5, "SMOKE TEST\nnot figures", ha="center", va="center", fontsize=44,
-                 color="red", alpha=0.25, rotation=20, weight="bold")
+        fig.text(
+            0.5,
+            0.5,
+            "SMOKE TEST\nnot figures",
+            ha="center",
+            va="center",
+            fontsize=44,
+            color="red",
+            alpha=0.25,
+            rotation=20,
+            weight="bold",
+        )
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
@@ -82,13 +111,18 @@ def precision_table(by, sizes):
     shown = [n for n in sizes if n in by]
     if not shown:
         return ["(no results)"]
-    lines = ["| variant | B/element | " + " | ".join(human(n) for n in shown) + " |",
-             "|---|---:|" + "---:|" * len(shown)]
+    lines = [
+        "| variant | B/element | " + " | ".join(human(n) for n in shown) + " |",
+        "|---|---:|" + "---:|" * len(shown),
+    ]
     for key, label in PRECISION_VARIANTS:
         cells = [by[n].get(key) for n in shown]
         bpe = next((c["B_per_elem"] for c in cells if c), None)
         if bpe is None:
             continue
-        lines.append(f"| {label} | {bpe:.0f} | " + " | ".join(
-            f"{c['step_ms']:.3g} ms ({c['share']:.2f})" if c else "" for c in cells) + " |")
+        lines.append(
+            f"| {label} | {bpe:.0f} | "
+            + " | ".join(f"{c['step_ms']:.3g} ms ({c['share']:.2f})" if c else "" for c in cells)
+            + " |"
+        )
     return lines

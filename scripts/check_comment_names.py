@@ -8,6 +8,7 @@ as `idiom_rules.cpp` must be the name of some tracked file. Names of files that 
 comment must name one, write it as `<name>` or add it to ALLOWED. CTest runs it as
 `comment_names`.
 """
+
 import re
 import subprocess
 import sys
@@ -15,15 +16,46 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTS = {".c", ".cpp", ".h", ".hpp", ".py", ".sh", ".cmake", ".txt", ".in"}
-TOP = ("src", "include", "tests", "bench", "tools", "docs", "scripts", "cmake", "examples",
-       "python", "cache", "schedules", ".ci")
+TOP = (
+    "src",
+    "include",
+    "tests",
+    "bench",
+    "tools",
+    "docs",
+    "scripts",
+    "cmake",
+    "examples",
+    "python",
+    "cache",
+    "schedules",
+    ".ci",
+)
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./*-]*[\w*])" % "|".join(re.escape(t) for t in TOP))
 NAME = re.compile(r"(?<![\w./<-])([A-Za-z_][\w-]*\.(?:cpp|hpp|h|c|py|sh|md|def|cmake))\b")
 # Names a comment may use that are not files here: system and third-party headers, files that
 # programs write.
-ALLOWED = {"Halide.h", "xxhash.h", "elf.h", "dlfcn.h", "CLI.hpp", "json.hpp", "gtest.h",
-           "benchmark.h", "cuda.h", "omp.h", "setup.py", "conftest.py", "__init__.py",
-           "HalideRuntime.h", "HalideRuntimeCuda.h", "HalideBuffer.h", "Python.h", "libgomp.h", "nanobind.h"}
+ALLOWED = {
+    "Halide.h",
+    "xxhash.h",
+    "elf.h",
+    "dlfcn.h",
+    "CLI.hpp",
+    "json.hpp",
+    "gtest.h",
+    "benchmark.h",
+    "cuda.h",
+    "omp.h",
+    "setup.py",
+    "conftest.py",
+    "__init__.py",
+    "HalideRuntime.h",
+    "HalideRuntimeCuda.h",
+    "HalideBuffer.h",
+    "Python.h",
+    "libgomp.h",
+    "nanobind.h",
+}
 
 
 def comments(path: Path, text: str):
@@ -46,8 +78,9 @@ def comments(path: Path, text: str):
 
 
 def main() -> int:
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     names = {Path(t).name for t in tracked}
     problems = []
     for rel in tracked:

@@ -5,6 +5,7 @@ The stages, bottom to top, are the folders of src/ and the public headers of inc
 that belong to them (docs/architecture.md, "Layers"). A file may include its own stage and any
 stage below it. Run from anywhere: `python3 scripts/check_layers.py` (CTest runs it as `layers`).
 """
+
 import re
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 def stage_of_include(path: str):
     if path.startswith("optfuse/"):
-        return HEADER_STAGE.get(path[len("optfuse/"):], "?" + path)
+        return HEADER_STAGE.get(path[len("optfuse/") :], "?" + path)
     top = path.split("/", 1)[0]
     return top if top in RANK else None  # e.g. a generated or third-party header
 
@@ -39,8 +40,10 @@ def stage_of_include(path: str):
 def main() -> int:
     problems = []
     files = [(p, p.parent.name) for p in sorted((ROOT / "src").glob("*/*")) if p.is_file()]
-    files += [(p, HEADER_STAGE.get(p.name, "?" + p.name))
-              for p in sorted((ROOT / "include/optfuse").iterdir())]
+    files += [
+        (p, HEADER_STAGE.get(p.name, "?" + p.name))
+        for p in sorted((ROOT / "include/optfuse").iterdir())
+    ]
     for path, stage in files:
         if stage not in RANK:
             problems.append(f"{path.relative_to(ROOT)}: not in any stage (scripts/check_layers.py)")
@@ -52,12 +55,16 @@ def main() -> int:
             if target not in RANK:
                 problems.append(f"{path.relative_to(ROOT)}: includes {inc}, which is in no stage")
             elif RANK[target] > RANK[stage]:
-                problems.append(f"{path.relative_to(ROOT)} ({stage}) includes {inc} ({target}), "
-                                f"a stage above it")
+                problems.append(
+                    f"{path.relative_to(ROOT)} ({stage}) includes {inc} ({target}), "
+                    f"a stage above it"
+                )
     for p in problems:
         print("layers:", p)
-    print(f"layers: {len(files)} files, {len(problems)} problem(s); stages bottom to top: "
-          + " < ".join(name for name, _ in STAGES))
+    print(
+        f"layers: {len(files)} files, {len(problems)} problem(s); stages bottom to top: "
+        + " < ".join(name for name, _ in STAGES)
+    )
     return 1 if problems else 0
 
 

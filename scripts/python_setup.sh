@@ -12,8 +12,11 @@ if [[ ! -x "$PY" ]]; then
   echo "python_setup: making $VENV" >&2
   python3 -m venv "$VENV"
 fi
-NEED=(torch numpy pytest matplotlib nanobind scikit-build-core ninja)
-if ! "$PY" -c "import torch, numpy, pytest, matplotlib, nanobind, scikit_build_core, ninja" 2>/dev/null; then
+# (ruff pinned: scripts/check_python_style.sh checks against its formatting, which versions change.)
+RUFF=ruff==0.17.6
+NEED=(torch numpy pytest matplotlib nanobind scikit-build-core ninja "$RUFF")
+if ! "$PY" -c "import torch, numpy, pytest, matplotlib, nanobind, scikit_build_core, ninja" \
+    2>/dev/null || [[ "$("$VENV/bin/ruff" --version 2>/dev/null)" != "ruff ${RUFF#ruff==}" ]]; then
   echo "python_setup: installing ${NEED[*]} (torch is large: minutes on a first run)" >&2
   "$PY" -m pip install -q --disable-pip-version-check "${NEED[@]}" >&2
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up, builds everything (library, tools, tests, benchmarks, the Python package) and runs
-# every test: CTest (C++), pytest (tests/python, against torch.optim), then the wheel a user
+# every test: Python style (ruff), CTest (C++), pytest (tests/python, against torch.optim), then the wheel a user
 # installs (scripts/wheel_test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,7 @@ echo "test: CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ /
 [[ -n "$(grep -o 'avx512f' /proc/cpuinfo | head -1)" ]] || echo "test: no AVX-512 (AVX2 class)"
 bash scripts/setup.sh
 PY=$(bash scripts/python_setup.sh | tail -1)
+bash scripts/check_python_style.sh  # ruff format and lint, as CTest `format` is for C++
 BUILD_DIR=${OPTFUSE_BUILD_DIR:-build}
 (cd "$BUILD_DIR" && ctest --output-on-failure -j"$(nproc)")
 # A fresh kernel cache per build, so the Python tests compile as a new user's first run does.

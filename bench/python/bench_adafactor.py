@@ -15,10 +15,11 @@ The ceiling is an optfuse.torch.Custom rule moving a factored step's bytes with 
 arithmetic: p' = p + col_sum(g) + sum(g) + sum(p), one staged kernel reading g three times and p
 twice (24 B/element, vectors too, where optfuse's vector kernel moves 32: its RMS prologue reads
 p, g and variance, its update reads them again and writes p and variance). Every contender is
-timed through opt.step(), two gradient sets alternating; contenders take turns within a round, the order rotated each round;
-a figure is the median over rounds of the round's median step. "share" = ceiling time /
-contender time; "x optfuse" = contender time / optfuse's.
+timed through opt.step(), two gradient sets alternating; contenders take turns within a round,
+the order rotated each round; a figure is the median over rounds of the round's median step.
+"share" = ceiling time / contender time; "x optfuse" = contender time / optfuse's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,16 +34,23 @@ from benchlib import add_timing_args, interleaved_rounds, machine, spec_shapes
 
 # A factored step's traffic: g read three times (column sums, then two whole sums read g and p),
 # p twice, p written: 24 B/element for a matrix (a vector has no column pass: 20).
-CEILING = {"name": "ceiling_adafactor", "defaults": {"lr": 0.0}, "graph": {
+CEILING = {
     "name": "ceiling_adafactor",
-    "inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad"}],
-    "nodes": [{"id": "c", "op": "col_sum", "args": ["g"]},
-              {"id": "sg", "op": "reduce_sum", "args": ["g"]},
-              {"id": "sp", "op": "reduce_sum", "args": ["p"]},
-              {"id": "a", "op": "add", "args": ["p", "c"]},
-              {"id": "b", "op": "add", "args": ["a", "sg"]},
-              {"id": "p1", "op": "add", "args": ["b", "sp"]}],
-    "outputs": {"p": "p1"}}}
+    "defaults": {"lr": 0.0},
+    "graph": {
+        "name": "ceiling_adafactor",
+        "inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad"}],
+        "nodes": [
+            {"id": "c", "op": "col_sum", "args": ["g"]},
+            {"id": "sg", "op": "reduce_sum", "args": ["g"]},
+            {"id": "sp", "op": "reduce_sum", "args": ["p"]},
+            {"id": "a", "op": "add", "args": ["p", "c"]},
+            {"id": "b", "op": "add", "args": ["a", "sg"]},
+            {"id": "p1", "op": "add", "args": ["b", "sp"]},
+        ],
+        "outputs": {"p": "p1"},
+    },
+}
 KW = dict(weight_decay=0.01)
 
 
@@ -55,6 +63,7 @@ class Entry:
             turn[0] ^= 1
             for p, g in zip(params, grads[turn[0]]):
                 p.grad = g
+
         self.before = before
 
 
@@ -69,12 +78,18 @@ def entries_for(shapes):
         e.before()
         e.run()  # makes the state (and compiles optfuse's kernels) outside the timing
         return e
-    return [make("optfuse.torch.Adafactor", lambda ps: oft.Adafactor(ps, **KW)),
-            make("torch Adafactor foreach=True",
-                 lambda ps: torch.optim.Adafactor(ps, foreach=True, **KW)),
-            make("torch Adafactor foreach=False",
-                 lambda ps: torch.optim.Adafactor(ps, foreach=False, **KW)),
-            make("ceiling (24 B/element)", lambda ps: oft.Custom(ps, CEILING))]
+
+    return [
+        make("optfuse.torch.Adafactor", lambda ps: oft.Adafactor(ps, **KW)),
+        make(
+            "torch Adafactor foreach=True", lambda ps: torch.optim.Adafactor(ps, foreach=True, **KW)
+        ),
+        make(
+            "torch Adafactor foreach=False",
+            lambda ps: torch.optim.Adafactor(ps, foreach=False, **KW),
+        ),
+        make("ceiling (24 B/element)", lambda ps: oft.Custom(ps, CEILING)),
+    ]
 
 
 def bytes_of(shapes):
@@ -100,19 +115,26 @@ def main(argv=None):
     rounds, steps = a.rounds or 7, a.steps or 3
     n = 1 << a.log2
     side = 1 << (a.log2 // 2)
-    resnet = [([max(1, d // a.scale) if i < 2 else d for i, d in enumerate(s)], dec)
-              for s, dec in spec_shapes("resnet50.json")]
-    cases = [(f"matrix {side} x {n // side}", [[side, n // side]]),
-             (f"vector 2^{a.log2}", [[n]]),
-             (f"GPT-2 small / {a.scale}", [s for s, _ in spec_shapes("gpt2-small.json", a.scale)]),
-             (f"ResNet-50 / {a.scale}", [s for s, _ in resnet])]
+    resnet = [
+        ([max(1, d // a.scale) if i < 2 else d for i, d in enumerate(s)], dec)
+        for s, dec in spec_shapes("resnet50.json")
+    ]
+    cases = [
+        (f"matrix {side} x {n // side}", [[side, n // side]]),
+        (f"vector 2^{a.log2}", [[n]]),
+        (f"GPT-2 small / {a.scale}", [s for s, _ in spec_shapes("gpt2-small.json", a.scale)]),
+        (f"ResNet-50 / {a.scale}", [s for s, _ in resnet]),
+    ]
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     info = machine()
-    print(f"# {info['cpu']}, {info['cores']} cores, torch {info['torch']} "
-          f"({info['torch_threads']} threads), optfuse {info['optfuse']} "
-          f"({info['optfuse_threads']} threads), load {info['loadavg_start']:.2f}")
-    print(f"# float32, {rounds} rounds x {steps} steps (+{a.turn_warmup} untimed per turn), "
-          "medians\n")
+    print(
+        f"# {info['cpu']}, {info['cores']} cores, torch {info['torch']} "
+        f"({info['torch_threads']} threads), optfuse {info['optfuse']} "
+        f"({info['optfuse_threads']} threads), load {info['loadavg_start']:.2f}"
+    )
+    print(
+        f"# float32, {rounds} rounds x {steps} steps (+{a.turn_warmup} untimed per turn), medians\n"
+    )
     print("| case | contender | ms | GB/s (optfuse's bytes) | share of ceiling | x optfuse |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     out = {"machine": info, "rounds": rounds, "steps": steps, "cases": {}}
@@ -133,8 +155,10 @@ def main(argv=None):
         out["cases"][label] = {"median_s": med, "bytes": nbytes}
         for e in entries:
             t = med[e.name]
-            print(f"| {label} | {e.name} | {t * 1e3:.2f} | {nbytes / t / 1e9:.1f} | "
-                  f"{ceil / t:.2f} | {t / ours:.2f} |")
+            print(
+                f"| {label} | {e.name} | {t * 1e3:.2f} | {nbytes / t / 1e9:.1f} | "
+                f"{ceil / t:.2f} | {t / ours:.2f} |"
+            )
         del entries
     if a.json:
         with open(a.json, "w") as f:

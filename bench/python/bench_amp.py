@@ -48,26 +48,41 @@ as an optfuse.torch.Custom rule over the same tensors: its GB/s (at 28 B/element
 machine streams. "share" = a contender's GB/s at its own bytes model / the ceiling's: the time of
 the ceiling moving the contender's bytes over its time. "x optfuse" = time / optfuse's AMP time.
 """
+
 from __future__ import annotations
 
-import argparse, gc, json, os, platform, re, statistics, sys
-import time
+import argparse
+import gc
+import json
+import os
+import re
+import statistics
+import sys
 from pathlib import Path
 
 import torch
 
-import optfuse
 import optfuse.torch as oft
 
-from benchlib import (CEILING_RULE, HP, ROOT, add_timing_args, groups_of, interleaved_rounds,
-                      machine, spec_shapes)
+from benchlib import (
+    CEILING_RULE,
+    HP,
+    add_timing_args,
+    groups_of,
+    interleaved_rounds,
+    machine,
+    spec_shapes,
+)
 
 MAX_NORM = 1.0
-INIT_SCALE = 2.0 ** 16                                                # GradScaler's default
-SCALER = dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=2000)   # its defaults too
+INIT_SCALE = 2.0**16  # GradScaler's default
+SCALER = dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=2000)  # its defaults too
 # Bytes per element of each row (the docstring's model) by param / grad dtype.
-BYTES = {torch.float32: dict(torch=48, optfuse=32, plain=28, stats=4, torch_plain=28),
-         torch.bfloat16: dict(torch=60, optfuse=30, plain=28, stats=2, torch_plain=40)}
+BYTES = {
+    torch.float32: dict(torch=48, optfuse=32, plain=28, stats=4, torch_plain=28),
+    torch.bfloat16: dict(torch=60, optfuse=30, plain=28, stats=2, torch_plain=40),
+}
+
 
 # ---- cases -------------------------------------------------------------------------------------
 def make_cases(a):
@@ -98,12 +113,13 @@ class Entry:
     an inf as the last element when `poison`) and `after()` drops them, both untimed. `bytes`
     per element is its bytes model; `base` names the plain step (no AMP) the phase adds to."""
 
-    def __init__(self, name, run, params, source, bytes, role="main", note="", poison=False,
-                 base=None):
+    def __init__(
+        self, name, run, params, source, bytes, role="main", note="", poison=False, base=None
+    ):
         self.name, self.run, self.bytes, self.role, self.note = name, run, bytes, role, note
         self.params, self.source, self.poison = params, source, poison
-        self.base = base   # the plain step (no AMP) this phase adds to
-        self.rounds: list[float] = []   # median step time of each round, seconds
+        self.base = base  # the plain step (no AMP) this phase adds to
+        self.rounds: list[float] = []  # median step time of each round, seconds
 
     def before(self):
         for p, s in zip(self.params, self.source):
@@ -119,16 +135,18 @@ class Entry:
 def torch_amp_phase(params, decays, fused):
     """torch's AMP optimizer phase over `params`: unscale_, clip_grad_norm_(foreach), then the
     scaler's step (skipped on inf / nan) and update, with torch.optim.AdamW."""
-    opt = torch.optim.AdamW(groups_of(params, decays), **HP,
-                            **({"fused": True} if fused else {"foreach": True}))
+    opt = torch.optim.AdamW(
+        groups_of(params, decays), **HP, **({"fused": True} if fused else {"foreach": True})
+    )
     scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE, **SCALER)
-    scaler.scale(torch.ones(()))   # makes its scale tensor, as scaling the first loss does
+    scaler.scale(torch.ones(()))  # makes its scale tensor, as scaling the first loss does
 
     def phase():
         scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(params, MAX_NORM, foreach=True)
         scaler.step(opt)
         scaler.update()
+
     return phase
 
 
@@ -146,13 +164,20 @@ def with_f32_master(params, make_phase):
         torch._foreach_copy_([m.grad for m in masters], [p.grad for p in params])
         phase()
         torch._foreach_copy_(params, masters)
+
     return run
 
 
 def optfuse_amp_phase(params, decays):
     """optfuse's: one step() doing the statistics pass, then the update with unscale and clip."""
-    opt = oft.AdamW(groups_of(params, decays), **HP, max_grad_norm=MAX_NORM,
-                    loss_scale="dynamic", init_scale=INIT_SCALE, **SCALER)
+    opt = oft.AdamW(
+        groups_of(params, decays),
+        **HP,
+        max_grad_norm=MAX_NORM,
+        loss_scale="dynamic",
+        init_scale=INIT_SCALE,
+        **SCALER,
+    )
     return opt.step
 
 
@@ -179,49 +204,116 @@ def build_entries(a, shapes, dtype):
     master = "" if dtype == torch.float32 else ", f32 master + casts"
     entries = []
     ps = fresh()
-    entries.append(Entry("optfuse AdamW(max_grad_norm, loss_scale)", optfuse_amp_phase(ps, decays),
-                         ps, source, b["optfuse"], note="statistics pass + update",
-                         base="optfuse AdamW alone (no AMP)"))
+    entries.append(
+        Entry(
+            "optfuse AdamW(max_grad_norm, loss_scale)",
+            optfuse_amp_phase(ps, decays),
+            ps,
+            source,
+            b["optfuse"],
+            note="statistics pass + update",
+            base="optfuse AdamW alone (no AMP)",
+        )
+    )
     ps = fresh()
-    entries.append(Entry("torch GradScaler + clip(foreach) + AdamW(fused)" + master,
-                         torch_phase(ps, True), ps, source, b["torch"],
-                         note="unscale_, clip_grad_norm_, scaler.step, update",
-                         base="torch AdamW(fused) alone (no AMP)" + master))
+    entries.append(
+        Entry(
+            "torch GradScaler + clip(foreach) + AdamW(fused)" + master,
+            torch_phase(ps, True),
+            ps,
+            source,
+            b["torch"],
+            note="unscale_, clip_grad_norm_, scaler.step, update",
+            base="torch AdamW(fused) alone (no AMP)" + master,
+        )
+    )
     if not a.no_foreach:
         ps = fresh()
-        entries.append(Entry("torch GradScaler + clip(foreach) + AdamW(foreach)" + master,
-                             torch_phase(ps, False), ps, source, b["torch"]))
-    if not a.no_references:   # the update alone, no AMP: what the phase adds to it
+        entries.append(
+            Entry(
+                "torch GradScaler + clip(foreach) + AdamW(foreach)" + master,
+                torch_phase(ps, False),
+                ps,
+                source,
+                b["torch"],
+            )
+        )
+    if not a.no_references:  # the update alone, no AMP: what the phase adds to it
         ps = fresh()
-        entries.append(Entry("optfuse AdamW alone (no AMP)", oft.AdamW(groups_of(ps, decays),
-                             **HP).step, ps, unscaled, b["plain"], role="reference"))
-        ps = fresh()   # static scale: a non-finite gradient skips the step, the scale stays
-        entries.append(Entry("optfuse statistics pass alone (skipped step)", oft.AdamW(
-            groups_of(ps, decays), **HP, max_grad_norm=MAX_NORM, loss_scale=INIT_SCALE).step, ps,
-            source, b["stats"], role="reference", note="an inf in the last element",
-            poison=True))
+        entries.append(
+            Entry(
+                "optfuse AdamW alone (no AMP)",
+                oft.AdamW(groups_of(ps, decays), **HP).step,
+                ps,
+                unscaled,
+                b["plain"],
+                role="reference",
+            )
+        )
+        ps = fresh()  # static scale: a non-finite gradient skips the step, the scale stays
+        entries.append(
+            Entry(
+                "optfuse statistics pass alone (skipped step)",
+                oft.AdamW(
+                    groups_of(ps, decays), **HP, max_grad_norm=MAX_NORM, loss_scale=INIT_SCALE
+                ).step,
+                ps,
+                source,
+                b["stats"],
+                role="reference",
+                note="an inf in the last element",
+                poison=True,
+            )
+        )
         ps = fresh()
-        entries.append(Entry("torch _foreach_norm of the gradients", lambda ps=ps: torch.
-                             _foreach_norm([p.grad for p in ps]), ps, source, b["stats"],
-                             role="reference", note="a read-only pass, as the statistics"))
+        entries.append(
+            Entry(
+                "torch _foreach_norm of the gradients",
+                lambda ps=ps: torch._foreach_norm([p.grad for p in ps]),
+                ps,
+                source,
+                b["stats"],
+                role="reference",
+                note="a read-only pass, as the statistics",
+            )
+        )
         ps = fresh()
         plain = torch.optim.AdamW(groups_of(ps, decays), **HP, fused=True).step
         if dtype != torch.float32:
-            plain = with_f32_master(ps, lambda ms: torch.optim.AdamW(
-                groups_of(ms, decays), **HP, fused=True).step)
-        entries.append(Entry("torch AdamW(fused) alone (no AMP)" + master, plain, ps, unscaled,
-                             b["torch_plain"], role="reference"))
-    ps = fresh(torch.float32)   # (f32 whatever the case's dtype, as bench_torch.py)
-    entries.append(Entry("ceiling 4r3w (optfuse kernel)", oft.Custom(ps, CEILING_RULE).step, ps,
-                         [u.float() for u in unscaled], 28, role="ceiling"))
+            plain = with_f32_master(
+                ps, lambda ms: torch.optim.AdamW(groups_of(ms, decays), **HP, fused=True).step
+            )
+        entries.append(
+            Entry(
+                "torch AdamW(fused) alone (no AMP)" + master,
+                plain,
+                ps,
+                unscaled,
+                b["torch_plain"],
+                role="reference",
+            )
+        )
+    ps = fresh(torch.float32)  # (f32 whatever the case's dtype, as bench_torch.py)
+    entries.append(
+        Entry(
+            "ceiling 4r3w (optfuse kernel)",
+            oft.Custom(ps, CEILING_RULE).step,
+            ps,
+            [u.float() for u in unscaled],
+            28,
+            role="ceiling",
+        )
+    )
     return entries
 
 
 # ---- timing ------------------------------------------------------------------------------------
 def time_case(a, entries, log):
-    for e in entries:                      # warm-up: kernels compiled or loaded, state made
+    for e in entries:  # warm-up: kernels compiled or loaded, state made
         for _ in range(a.warmup):
-            e.before(); e.run(); e.after()
+            e.before()
+            e.run()
+            e.after()
     interleaved_rounds(entries, a.rounds, a.steps, a.turn_warmup, log)
 
 
@@ -234,19 +326,31 @@ def summarize(entries, n_elems):
     for e in entries:
         t = med[e.name]
         gbps = e.bytes * n_elems / t / 1e9
-        rows.append({"name": e.name, "role": e.role, "note": e.note, "bytes": e.bytes,
-                     "ms": t * 1e3, "min_ms": min(e.rounds) * 1e3,
-                     "rounds_ms": [x * 1e3 for x in e.rounds], "gbps": gbps,
-                     "share": gbps / ceil_gbps, "x_optfuse": t / ours})
+        rows.append(
+            {
+                "name": e.name,
+                "role": e.role,
+                "note": e.note,
+                "bytes": e.bytes,
+                "ms": t * 1e3,
+                "min_ms": min(e.rounds) * 1e3,
+                "rounds_ms": [x * 1e3 for x in e.rounds],
+                "gbps": gbps,
+                "share": gbps / ceil_gbps,
+                "x_optfuse": t / ours,
+            }
+        )
     torch_amp = [r for r in rows if r["name"].startswith("torch GradScaler")]
     best = min(torch_amp, key=lambda r: r["ms"])
     out = {"rows": rows, "best_torch": best["name"], "speedup": best["ms"] / (ours * 1e3)}
     by = {e.name: e for e in entries}
     # What each AMP phase adds to its plain step: the median over rounds of the difference
     # within each round (the two ran minutes apart at most).
-    out["added_ms"] = {e.name: statistics.median(
-        x - y for x, y in zip(e.rounds, by[e.base].rounds)) * 1e3
-        for e in entries if e.base in by}
+    out["added_ms"] = {
+        e.name: statistics.median(x - y for x, y in zip(e.rounds, by[e.base].rounds)) * 1e3
+        for e in entries
+        if e.base in by
+    }
     return out
 
 
@@ -254,51 +358,77 @@ def summarize(entries, n_elems):
 def markdown(res):
     m, a = res["machine"], res["args"]
     smoke = " — smoke test" if a["quick"] else ""
-    L = [f"# The AMP optimizer phase: torch against optfuse{smoke}", "",
-         f"CPU: {m['cpu']} ({m['cores']} cores, avx512f: {'yes' if m['avx512f'] else 'no'}); "
-         f"torch {m['torch']} ({m['torch_threads']} threads); optfuse {m['optfuse']} "
-         f"({m['optfuse_threads']} threads); Python {m['python']}. Load average (1 min) at "
-         f"start / end: {m['loadavg_start']:.1f} / {m['loadavg_end']:.1f}.",
-         f"{a['rounds']} interleaved rounds x {a['steps']} steps (+{a['turn_warmup']} untimed per "
-         "turn), median of round medians; new scaled gradients before every step (untimed). "
-         "AdamW (lr 6e-4, weight decay 0.1 / 0 as gpt2-small.json), clip norm 1.0, dynamic loss "
-         "scale from 2^16. GB/s at each row's bytes model (B/elt); share = GB/s / the 4r3w "
-         "ceiling's; x optfuse = time / optfuse's AMP time (> 1: optfuse is faster).", ""]
+    L = [
+        f"# The AMP optimizer phase: torch against optfuse{smoke}",
+        "",
+        f"CPU: {m['cpu']} ({m['cores']} cores, avx512f: {'yes' if m['avx512f'] else 'no'}); "
+        f"torch {m['torch']} ({m['torch_threads']} threads); optfuse {m['optfuse']} "
+        f"({m['optfuse_threads']} threads); Python {m['python']}. Load average (1 min) at "
+        f"start / end: {m['loadavg_start']:.1f} / {m['loadavg_end']:.1f}.",
+        f"{a['rounds']} interleaved rounds x {a['steps']} steps (+{a['turn_warmup']} untimed per "
+        "turn), median of round medians; new scaled gradients before every step (untimed). "
+        "AdamW (lr 6e-4, weight decay 0.1 / 0 as gpt2-small.json), clip norm 1.0, dynamic loss "
+        "scale from 2^16. GB/s at each row's bytes model (B/elt); share = GB/s / the 4r3w "
+        "ceiling's; x optfuse = time / optfuse's AMP time (> 1: optfuse is faster).",
+        "",
+    ]
     for c in res["cases"].values():
-        L += [f"## {c['label']}: {c['tensors']} tensors, {c['elements'] / 1e6:.2f} M elements "
-              f"({c['dtype']})", "",
-              "| contender | ms / step | min | B/elt | GB/s | share | x optfuse | note |",
-              "|---|---:|---:|---:|---:|---:|---:|---|"]
+        L += [
+            f"## {c['label']}: {c['tensors']} tensors, {c['elements'] / 1e6:.2f} M elements "
+            f"({c['dtype']})",
+            "",
+            "| contender | ms / step | min | B/elt | GB/s | share | x optfuse | note |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
         for r in c["rows"]:
-            L.append(f"| {r['name']} | {r['ms']:.3f} | {r['min_ms']:.3f} | {r['bytes']} | "
-                     f"{r['gbps']:.1f} | {r['share']:.2f} | {r['x_optfuse']:.2f} | {r['note']} |")
-        L += ["", f"optfuse's AMP phase against the best torch one ({c['best_torch']}): "
-              f"**{c['speedup']:.2f}x** (< 1: torch is faster)."]
+            L.append(
+                f"| {r['name']} | {r['ms']:.3f} | {r['min_ms']:.3f} | {r['bytes']} | "
+                f"{r['gbps']:.1f} | {r['share']:.2f} | {r['x_optfuse']:.2f} | {r['note']} |"
+            )
+        L += [
+            "",
+            f"optfuse's AMP phase against the best torch one ({c['best_torch']}): "
+            f"**{c['speedup']:.2f}x** (< 1: torch is faster).",
+        ]
         added = c.get("added_ms", {})
         if added:
-            L.append("What each phase adds to its plain AdamW step (paired per round): " +
-                     ", ".join(f"{name.split(' ')[0]} {ms:+.3f} ms" for name, ms in added.items())
-                     + ".")
+            L.append(
+                "What each phase adds to its plain AdamW step (paired per round): "
+                + ", ".join(f"{name.split(' ')[0]} {ms:+.3f} ms" for name, ms in added.items())
+                + "."
+            )
         L.append("")
     return "\n".join(L)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--quick", action="store_true", help="smoke test: small sizes (flatN is "
-                    "2^(N-4), GPT-2 dims / 8), few rounds")
-    ap.add_argument("--cases", default="flat24,gpt2",
-                    help="comma list of flatN (one tensor of 2^N, e.g. flat24) and gpt2, each "
-                    "optionally with -bf16 (bf16 params and grads, e.g. gpt2-bf16; default "
-                    "flat24,gpt2)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: small sizes (flatN is 2^(N-4), GPT-2 dims / 8), few rounds",
+    )
+    ap.add_argument(
+        "--cases",
+        default="flat24,gpt2",
+        help="comma list of flatN (one tensor of 2^N, e.g. flat24) and gpt2, each "
+        "optionally with -bf16 (bf16 params and grads, e.g. gpt2-bf16; default "
+        "flat24,gpt2)",
+    )
     add_timing_args(ap)
-    ap.add_argument("--no-foreach", action="store_true",
-                    help="skip torch's AMP phase with AdamW(foreach=True)")
-    ap.add_argument("--no-references", action="store_true",
-                    help="skip the reference rows: the plain AdamW steps (no AMP), optfuse's "
-                    "statistics pass alone, torch's _foreach_norm")
+    ap.add_argument(
+        "--no-foreach", action="store_true", help="skip torch's AMP phase with AdamW(foreach=True)"
+    )
+    ap.add_argument(
+        "--no-references",
+        action="store_true",
+        help="skip the reference rows: the plain AdamW steps (no AMP), optfuse's "
+        "statistics pass alone, torch's _foreach_norm",
+    )
     ap.add_argument("--out-md", metavar="FILE", help="write the Markdown table here too")
     ap.add_argument("--out-json", metavar="FILE", help="all figures, every round, as JSON")
     a = ap.parse_args()
@@ -312,9 +442,13 @@ def main():
         log(f"{label}: {len(shapes)} tensors, {n_elems / 1e6:.2f} M elements")
         entries = build_entries(a, shapes, dtype)
         time_case(a, entries, log)
-        res["cases"][key] = {"label": label, "tensors": len(shapes), "elements": n_elems,
-                             "dtype": str(dtype).replace("torch.", ""),
-                             **summarize(entries, n_elems)}
+        res["cases"][key] = {
+            "label": label,
+            "tensors": len(shapes),
+            "elements": n_elems,
+            "dtype": str(dtype).replace("torch.", ""),
+            **summarize(entries, n_elems),
+        }
         del entries
         gc.collect()
     res["machine"]["loadavg_end"] = os.getloadavg()[0]

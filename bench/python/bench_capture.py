@@ -21,9 +21,19 @@ swapped before each step as zero_grad(set_to_none=True) + backward would); conte
 within a round, the order rotated each round; each figure is the median over rounds of the
 round's median step.
 """
+
 from __future__ import annotations
 
-import argparse, json, os, re, shutil, statistics, subprocess, sys, tempfile, time
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -43,8 +53,8 @@ def adamw(p, grad, exp_avg, exp_avg_sq, *, lr, betas, eps, weight_decay, maximiz
     p.mul_(1 - lr * weight_decay)
     exp_avg.lerp_(grad, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    bias_correction1 = 1 - beta1 ** step
-    bias_correction2 = 1 - beta2 ** step
+    bias_correction1 = 1 - beta1**step
+    bias_correction2 = 1 - beta2**step
     denom = (exp_avg_sq.sqrt() / bias_correction2.sqrt()).add_(eps)
     p.addcdiv_(exp_avg, denom, value=-lr / bias_correction1)
 
@@ -53,13 +63,17 @@ def gpt2_shapes(scale: int):
     """(shape, decays) per tensor of examples/specs/gpt2-small.json, dims divided by `scale`."""
     spec = json.loads((ROOT / "examples/specs/gpt2-small.json").read_text())
     no_decay = re.compile(spec["param_groups"][0]["match"])
-    return [([max(1, d // scale) for d in t["shape"]], not no_decay.search(t["name"]))
-            for t in spec["parameters"]]
+    return [
+        ([max(1, d // scale) for d in t["shape"]], not no_decay.search(t["name"]))
+        for t in spec["parameters"]
+    ]
 
 
 def groups_of(params, decays):
-    return [{"params": [p for p, d in zip(params, decays) if d]},
-            {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p, d in zip(params, decays) if d]},
+        {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0},
+    ]
 
 
 # ---- capture + compile, in fresh processes -----------------------------------------------------
@@ -108,13 +122,20 @@ def startup(a, shapes, log):
         with tempfile.TemporaryDirectory(prefix="optfuse-capture-cache-") as d:
             env = {**os.environ, "OPTFUSE_CACHE_DIR": d}
             for kind in ("cold", "warm"):
-                p = subprocess.run([sys.executable, "-c", STARTUP, arg, str(Path(__file__).parent)],
-                                   env=env, capture_output=True, text=True, timeout=900)
+                p = subprocess.run(
+                    [sys.executable, "-c", STARTUP, arg, str(Path(__file__).parent)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
                 if p.returncode:
                     raise RuntimeError(f"capture subprocess failed: {p.stderr[-800:]}")
                 out[kind].append(json.loads(p.stdout.strip().splitlines()[-1]))
-        log(f"  run {i + 1}: cold {out['cold'][-1]['capture_compile_s']:.3f} s, "
-            f"warm {out['warm'][-1]['capture_compile_s']:.3f} s")
+        log(
+            f"  run {i + 1}: cold {out['cold'][-1]['capture_compile_s']:.3f} s, "
+            f"warm {out['warm'][-1]['capture_compile_s']:.3f} s"
+        )
     return out
 
 
@@ -126,9 +147,13 @@ class Entry:
 
 def scalar_tensors(hp, decays_value):
     t = lambda v: torch.tensor(v, dtype=torch.float32)
-    return {"lr": t(hp["lr"]), "betas": (t(hp["betas"][0]), t(hp["betas"][1])),
-            "eps": t(hp["eps"]), "weight_decay": t(decays_value),
-            "maximize": torch.tensor(hp["maximize"])}
+    return {
+        "lr": t(hp["lr"]),
+        "betas": (t(hp["betas"][0]), t(hp["betas"][1])),
+        "eps": t(hp["eps"]),
+        "weight_decay": t(decays_value),
+        "maximize": torch.tensor(hp["maximize"]),
+    }
 
 
 def build(a, shapes, log):
@@ -147,16 +172,19 @@ def build(a, shapes, log):
             turn[0] ^= 1
             for p, g in zip(params, grads[turn[0]]):
                 p.grad = g
+
         return before
 
     entries, info = [], {}
     ps = fresh()
     cap = oft.from_rule(adamw, groups_of(ps, decays), HP)
-    rebinder(ps)(); cap.step()
+    rebinder(ps)()
+    cap.step()
     entries.append(Entry("captured rule (from_rule)", cap.step, rebinder(ps)))
     ps = fresh()
     lib = oft.AdamW(groups_of(ps, decays), **{k: v for k, v in HP.items() if k != "maximize"})
-    rebinder(ps)(); lib.step()
+    rebinder(ps)()
+    lib.step()
     entries.append(Entry("library oft.AdamW", lib.step, rebinder(ps)))
     key = lambda o: sorted({u["key"] for u in o._optfuse_binding.core.kernel_uses()})
     info["same_kernel"] = key(cap) == key(lib)
@@ -168,15 +196,24 @@ def build(a, shapes, log):
             for p, st, d in zip(params, states, decays):
                 st["step"] += 1
                 adamw(p, p.grad, st["exp_avg"], st["exp_avg_sq"], **scal[d], step=st["step"])
+
         return step
 
     def state_for(params):
-        return [{"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p),
-                 "step": torch.tensor(0.0)} for p in params]
+        return [
+            {
+                "exp_avg": torch.zeros_like(p),
+                "exp_avg_sq": torch.zeros_like(p),
+                "step": torch.tensor(0.0),
+            }
+            for p in params
+        ]
+
     scal = {True: scalar_tensors(HP, HP["weight_decay"]), False: scalar_tensors(HP, 0.0)}
     ps = fresh()
-    entries.append(Entry("same function, eager torch", eager_step(ps, state_for(ps), scal),
-                         rebinder(ps)))
+    entries.append(
+        Entry("same function, eager torch", eager_step(ps, state_for(ps), scal), rebinder(ps))
+    )
     if not a.no_compile:
         ps = fresh()
         compiled = torch.compile(eager_step(ps, state_for(ps), scal))
@@ -193,10 +230,13 @@ def build(a, shapes, log):
 def time_steps(a, entries, log):
     for e in entries:
         for _ in range(a.warmup):
-            e.before(); e.run()
+            e.before()
+            e.run()
     interleaved_rounds(entries, a.rounds, a.steps, 1, log)
-    return ({e.name: statistics.median(e.rounds) for e in entries},
-            {e.name: e.rounds for e in entries})
+    return (
+        {e.name: statistics.median(e.rounds) for e in entries},
+        {e.name: e.rounds for e in entries},
+    )
 
 
 def main():
@@ -225,8 +265,10 @@ def main():
 def run(a, log):
     shapes = gpt2_shapes(a.scale)
     n = sum(torch.Size(s).numel() for s, _ in shapes)
-    log(f"GPT-2 small / {a.scale}: {len(shapes)} tensors, {n / 1e6:.1f} M elements; "
-        f"load {os.getloadavg()[0]:.2f}")
+    log(
+        f"GPT-2 small / {a.scale}: {len(shapes)} tensors, {n / 1e6:.1f} M elements; "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
     log("capture + compile (fresh processes):")
     st = startup(a, shapes, log)
     entries, info, med, rounds = [], {}, {}, {}
@@ -234,22 +276,35 @@ def run(a, log):
         log("steps (one process):")
         entries, info = build(a, shapes, log)
         med, rounds = time_steps(a, entries, log)
-    res = {"elements": n, "tensors": len(shapes), "startup": st, "steps_s": med,
-           "rounds_s": rounds, **info,
-           "torch": torch.__version__, "optfuse": optfuse.__version__,
-           "load_end": os.getloadavg()[0]}
+    res = {
+        "elements": n,
+        "tensors": len(shapes),
+        "startup": st,
+        "steps_s": med,
+        "rounds_s": rounds,
+        **info,
+        "torch": torch.__version__,
+        "optfuse": optfuse.__version__,
+        "load_end": os.getloadavg()[0],
+    }
     m = lambda kind, k: statistics.median(r[k] for r in st[kind])
-    print(f"GPT-2 small{'' if a.scale == 1 else f' / {a.scale}'}: {len(shapes)} tensors, "
-          f"{n / 1e6:.1f} M elements")
-    print("capture + compile (trace + from_rule + binding: kernels compiled or loaded), median "
-          f"of {a.startup_runs} fresh processes:")
+    print(
+        f"GPT-2 small{'' if a.scale == 1 else f' / {a.scale}'}: {len(shapes)} tensors, "
+        f"{n / 1e6:.1f} M elements"
+    )
+    print(
+        "capture + compile (trace + from_rule + binding: kernels compiled or loaded), median "
+        f"of {a.startup_runs} fresh processes:"
+    )
     for kind in ("cold", "warm"):
-        print(f"  {kind:5s} {m(kind, 'capture_compile_s') * 1e3:8.1f} ms  (trace "
-              f"{m(kind, 'trace_s') * 1e3:.1f} ms, from_rule {m(kind, 'ctor_s') * 1e3:.1f} ms, "
-              f"binding {m(kind, 'bind_s') * 1e3:.1f} ms; compiles {st[kind][0]['compiles']}, "
-              f"disk hits {st[kind][0]['disk_hits']}, compiling "
-              f"{m(kind, 'compile_s') * 1e3:.1f} ms; then steps "
-              f"{m(kind, 'first_step_s') * 1e3:.1f}, {m(kind, 'step_s') * 1e3:.1f} ms)")
+        print(
+            f"  {kind:5s} {m(kind, 'capture_compile_s') * 1e3:8.1f} ms  (trace "
+            f"{m(kind, 'trace_s') * 1e3:.1f} ms, from_rule {m(kind, 'ctor_s') * 1e3:.1f} ms, "
+            f"binding {m(kind, 'bind_s') * 1e3:.1f} ms; compiles {st[kind][0]['compiles']}, "
+            f"disk hits {st[kind][0]['disk_hits']}, compiling "
+            f"{m(kind, 'compile_s') * 1e3:.1f} ms; then steps "
+            f"{m(kind, 'first_step_s') * 1e3:.1f}, {m(kind, 'step_s') * 1e3:.1f} ms)"
+        )
     if "torch_compile_s" in info:
         print(f"  torch.compile of the same step: first call {info['torch_compile_s']:.1f} s")
     if a.out_json:
@@ -262,10 +317,13 @@ def run(a, log):
     for name, t in med.items():
         print(f"  {name:32s} {t * 1e3:9.2f} ms   x captured {t / cap:5.2f}")
     # The same round's two medians, a minute apart at most: less exposed to the load drifting.
-    paired = statistics.median(c / l for c, l in zip(rounds["captured rule (from_rule)"],
-                                                     rounds["library oft.AdamW"]))
-    print(f"captured / library: {cap / lib:.3f} (medians), {paired:.3f} (median of the rounds' "
-          "ratios)")
+    paired = statistics.median(
+        c / l for c, l in zip(rounds["captured rule (from_rule)"], rounds["library oft.AdamW"])
+    )
+    print(
+        f"captured / library: {cap / lib:.3f} (medians), {paired:.3f} (median of the rounds' "
+        "ratios)"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ ceiling, an optfuse.torch.Custom rule moving the optimizer's bytes with one add 
 rotated each round; a figure is the median over rounds of the round's median step.
 "share" = ceiling time / contender time; "x optfuse" = contender time / optfuse's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,19 +27,31 @@ import optfuse.torch as oft
 from benchlib import CEILING_RULE, add_timing_args, interleaved_rounds, machine
 
 # p, g, ax -> p, ax (ASGD's traffic), as tools/bandwidth.h's graphs are built.
-CEILING_3R2W = {"name": "ceiling_3r2w", "defaults": {"lr": 0.0}, "graph": {
+CEILING_3R2W = {
     "name": "ceiling_3r2w",
-    "inputs": [{"name": "p", "role": "param"}, {"name": "g", "role": "grad"},
-               {"name": "ax", "role": "state"}],
-    "nodes": [{"id": "p1", "op": "add", "args": ["p", "g"]},
-              {"id": "a1", "op": "add", "args": ["ax", "g"]}],
-    "outputs": {"p": "p1", "ax": "a1"}}}
+    "defaults": {"lr": 0.0},
+    "graph": {
+        "name": "ceiling_3r2w",
+        "inputs": [
+            {"name": "p", "role": "param"},
+            {"name": "g", "role": "grad"},
+            {"name": "ax", "role": "state"},
+        ],
+        "nodes": [
+            {"id": "p1", "op": "add", "args": ["p", "g"]},
+            {"id": "a1", "op": "add", "args": ["ax", "g"]},
+        ],
+        "outputs": {"p": "p1", "ax": "a1"},
+    },
+}
 
 # (label, class name, keywords, bytes per element, ceiling rule)
-CASES = [("Adadelta", "Adadelta", {}, 28, CEILING_RULE),
-         ("Rprop", "Rprop", {}, 28, CEILING_RULE),
-         ("ASGD", "ASGD", {}, 20, CEILING_3R2W),
-         ("ASGD t0=0 (averaging)", "ASGD", {"t0": 0.0}, 20, CEILING_3R2W)]
+CASES = [
+    ("Adadelta", "Adadelta", {}, 28, CEILING_RULE),
+    ("Rprop", "Rprop", {}, 28, CEILING_RULE),
+    ("ASGD", "ASGD", {}, 20, CEILING_3R2W),
+    ("ASGD t0=0 (averaging)", "ASGD", {"t0": 0.0}, 20, CEILING_3R2W),
+]
 
 
 class Entry:
@@ -50,6 +63,7 @@ class Entry:
         def before():
             turn[0] ^= 1
             param.grad = grads[turn[0]]
+
         self.before = before
 
 
@@ -64,11 +78,14 @@ def entries_for(cls_name, kw, ceiling, n):
         e.before()
         e.run()  # makes the state (and compiles optfuse's kernel) outside the timing
         return e
+
     torch_cls = getattr(torch.optim, cls_name)
-    return [make(f"optfuse.torch.{cls_name}", lambda ps: getattr(oft, cls_name)(ps, **kw)),
-            make(f"torch {cls_name} foreach=True", lambda ps: torch_cls(ps, foreach=True, **kw)),
-            make(f"torch {cls_name} foreach=False", lambda ps: torch_cls(ps, foreach=False, **kw)),
-            make(f"ceiling {ceiling['name']}", lambda ps: oft.Custom(ps, ceiling))]
+    return [
+        make(f"optfuse.torch.{cls_name}", lambda ps: getattr(oft, cls_name)(ps, **kw)),
+        make(f"torch {cls_name} foreach=True", lambda ps: torch_cls(ps, foreach=True, **kw)),
+        make(f"torch {cls_name} foreach=False", lambda ps: torch_cls(ps, foreach=False, **kw)),
+        make(f"ceiling {ceiling['name']}", lambda ps: oft.Custom(ps, ceiling)),
+    ]
 
 
 def main(argv=None):
@@ -82,11 +99,15 @@ def main(argv=None):
     n = 1 << a.log2
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     info = machine()
-    print(f"# {info['cpu']}, {info['cores']} cores, torch {info['torch']} "
-          f"({info['torch_threads']} threads), optfuse {info['optfuse']} "
-          f"({info['optfuse_threads']} threads), load {info['loadavg_start']:.2f}")
-    print(f"# 2^{a.log2} float32 elements; {rounds} rounds x {steps} steps (+{a.turn_warmup} "
-          f"untimed per turn), medians\n")
+    print(
+        f"# {info['cpu']}, {info['cores']} cores, torch {info['torch']} "
+        f"({info['torch_threads']} threads), optfuse {info['optfuse']} "
+        f"({info['optfuse_threads']} threads), load {info['loadavg_start']:.2f}"
+    )
+    print(
+        f"# 2^{a.log2} float32 elements; {rounds} rounds x {steps} steps (+{a.turn_warmup} "
+        f"untimed per turn), medians\n"
+    )
     print("| optimizer | contender | ms | GB/s | share of ceiling | x optfuse |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     out = {"machine": info, "log2": a.log2, "rounds": rounds, "steps": steps, "cases": {}}
@@ -106,8 +127,10 @@ def main(argv=None):
         out["cases"][label] = {"median_s": med, "bytes_per_element": bytes_per}
         for e in entries:
             t = med[e.name]
-            print(f"| {label} | {e.name} | {t * 1e3:.2f} | {bytes_per * n / t / 1e9:.1f} | "
-                  f"{ceil / t:.2f} | {t / ours:.2f} |")
+            print(
+                f"| {label} | {e.name} | {t * 1e3:.2f} | {bytes_per * n / t / 1e9:.1f} | "
+                f"{ceil / t:.2f} | {t / ours:.2f} |"
+            )
         del entries
     if a.json:
         with open(a.json, "w") as f:

@@ -21,6 +21,7 @@ values in f32 and rounds each product to bf16 once (ns_products="f32"): that is 
     ~/.cache/optfuse/venv/bin/python bench/python/bench_muon.py              # GPT-2 small
     ~/.cache/optfuse/venv/bin/python bench/python/bench_muon.py --quick      # dims / 4, 3 rounds
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,17 +48,22 @@ class Entry:
 def hidden_shapes(scale: int):
     """The shapes of the spec's hidden-layer weights, every dim divided by `scale`."""
     spec = json.loads((ROOT / "examples/specs/gpt2-small.json").read_text())
-    return [[max(1, d // scale) for d in t["shape"]] for t in spec["parameters"]
-            if t["name"].endswith(tuple(f"{h}.weight" for h in HIDDEN))]
+    return [
+        [max(1, d // scale) for d in t["shape"]]
+        for t in spec["parameters"]
+        if t["name"].endswith(tuple(f"{h}.weight" for h in HIDDEN))
+    ]
 
 
 def entries_for(shapes):
     torch.manual_seed(0)
     grads = [torch.randn(s).mul_(1e-3) for s in shapes]
     made, entries = [], []
-    for name, cls, kw in (("torch.optim.Muon", torch.optim.Muon, {}),
-                          ("optfuse.torch.Muon", oft.Muon, {}),
-                          ("... ns_products=bf16", oft.Muon, dict(ns_products="bf16"))):
+    for name, cls, kw in (
+        ("torch.optim.Muon", torch.optim.Muon, {}),
+        ("optfuse.torch.Muon", oft.Muon, {}),
+        ("... ns_products=bf16", oft.Muon, dict(ns_products="bf16")),
+    ):
         params = [torch.nn.Parameter(torch.randn(s).mul_(0.02)) for s in shapes]
         for p, g in zip(params, grads):
             p.grad = g
@@ -74,8 +80,9 @@ def entries_for(shapes):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="every dim / 4, 3 rounds of 2 steps")
     ap.add_argument("--json", metavar="FILE", help="every round's figures as JSON")
     add_timing_args(ap)
@@ -86,10 +93,12 @@ def main() -> int:
     shapes = hidden_shapes(4 if a.quick else 1)
     m = machine()
     n = sum(s[0] * s[1] for s in shapes)
-    print(f"# Muon on GPT-2 small's {len(shapes)} hidden matrices ({n / 1e6:.1f} M elements"
-          f"{', dims / 4: smoke test' if a.quick else ''})\n\nCPU: {m['cpu']}, AVX-512: "
-          f"{m['avx512f']}, {m['cores']} cores, torch {m['torch']}, {torch.get_num_threads()} "
-          f"threads, load {m['loadavg_start']:.1f}; {rounds} rounds of {steps} steps, medians\n")
+    print(
+        f"# Muon on GPT-2 small's {len(shapes)} hidden matrices ({n / 1e6:.1f} M elements"
+        f"{', dims / 4: smoke test' if a.quick else ''})\n\nCPU: {m['cpu']}, AVX-512: "
+        f"{m['avx512f']}, {m['cores']} cores, torch {m['torch']}, {torch.get_num_threads()} "
+        f"threads, load {m['loadavg_start']:.1f}; {rounds} rounds of {steps} steps, medians\n"
+    )
     keep, entries = entries_for(shapes)
     print(f"optfuse's default here: ns_products={keep[1][0].defaults['ns_products']!r}\n")
     for e in entries:
@@ -107,8 +116,11 @@ def main() -> int:
         print(f"| {e.name} | {t * 1e3:.1f} ms | {rest} | {t / ours:.3f} |")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({"machine": m, "shapes": shapes,
-                       "rounds_s": {e.name: e.rounds for e in entries}}, f, indent=1)
+            json.dump(
+                {"machine": m, "shapes": shapes, "rounds_s": {e.name: e.rounds for e in entries}},
+                f,
+                indent=1,
+            )
     del keep
     return 0
 

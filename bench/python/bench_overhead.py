@@ -16,6 +16,7 @@ nothing). Issue 31's marks: 1000 x 1K within 1.2x, GPT-2 small within 1.02x.
     ~/.cache/optfuse/venv/bin/python bench/python/bench_overhead.py            # both cases
     ~/.cache/optfuse/venv/bin/python bench/python/bench_overhead.py --cases small --rounds 11
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,9 @@ def entries_for(shapes):
     opt.step()
     b = opt._optfuse_binding
     index = {id(p): i for i, p in enumerate(params)}
-    ptrs = [[(g.cpp, [gs[index[id(p)]].data_ptr() for p in g.params]) for g in b.groups]
-            for gs in gsets]
+    ptrs = [
+        [(g.cpp, [gs[index[id(p)]].data_ptr() for p in g.params]) for g in b.groups] for gs in gsets
+    ]
     core = b.core
 
     def raw():
@@ -66,15 +68,18 @@ def entries_for(shapes):
             core.set_grads(cpp, addresses)
         core.step()
 
-    return opt, [Entry("optfuse.torch.AdamW", opt.step, new_grads),
-                 Entry("C++ step", raw, new_grads),
-                 Entry("optfuse.torch.AdamW, same grads", opt.step),
-                 Entry("C++ step, same grads", core.step)]
+    return opt, [
+        Entry("optfuse.torch.AdamW", opt.step, new_grads),
+        Entry("C++ step", raw, new_grads),
+        Entry("optfuse.torch.AdamW, same grads", opt.step),
+        Entry("C++ step, same grads", core.step),
+    ]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--cases", default="small,gpt2", help="small, gpt2 (default both)")
     ap.add_argument("--json", metavar="FILE", help="every round's figures as JSON")
     add_timing_args(ap)
@@ -82,10 +87,14 @@ def main() -> int:
     rounds, steps = a.rounds or 9, a.steps or 20
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     m = machine()
-    print(f"# optfuse.torch against its C++ step\n\nCPU: {m['cpu']}, AVX-512: {m['avx512f']}, "
-          f"{m['cores']} cores, torch {m['torch']}; {rounds} rounds of {steps} steps, medians\n")
-    print("| case | optfuse.torch step | C++ step | ratio | same grads: optfuse.torch | C++ | "
-          "ratio |\n|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"# optfuse.torch against its C++ step\n\nCPU: {m['cpu']}, AVX-512: {m['avx512f']}, "
+        f"{m['cores']} cores, torch {m['torch']}; {rounds} rounds of {steps} steps, medians\n"
+    )
+    print(
+        "| case | optfuse.torch step | C++ step | ratio | same grads: optfuse.torch | C++ | "
+        "ratio |\n|---|---:|---:|---:|---:|---:|---:|"
+    )
     out = {"machine": m, "cases": {}}
     for key in a.cases.split(","):
         title, shapes = CASES[key]
@@ -100,11 +109,18 @@ def main() -> int:
         ms = {k: v * 1e3 for k, v in med.items()}
         r_new = med["optfuse.torch.AdamW"] / med["C++ step"]
         r_same = med["optfuse.torch.AdamW, same grads"] / med["C++ step, same grads"]
-        print(f"| {title} | {ms['optfuse.torch.AdamW']:.3f} ms | {ms['C++ step']:.3f} ms | "
-              f"{r_new:.3f} | {ms['optfuse.torch.AdamW, same grads']:.3f} ms | "
-              f"{ms['C++ step, same grads']:.3f} ms | {r_same:.3f} |", flush=True)
-        out["cases"][key] = {"title": title, "ratio_new_grads": r_new, "ratio_same_grads": r_same,
-                             "rounds_s": {e.name: e.rounds for e in entries}}
+        print(
+            f"| {title} | {ms['optfuse.torch.AdamW']:.3f} ms | {ms['C++ step']:.3f} ms | "
+            f"{r_new:.3f} | {ms['optfuse.torch.AdamW, same grads']:.3f} ms | "
+            f"{ms['C++ step, same grads']:.3f} ms | {r_same:.3f} |",
+            flush=True,
+        )
+        out["cases"][key] = {
+            "title": title,
+            "ratio_new_grads": r_new,
+            "ratio_same_grads": r_same,
+            "rounds_s": {e.name: e.rounds for e in entries},
+        }
         del keep
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:

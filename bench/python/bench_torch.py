@@ -18,9 +18,20 @@ kernel (p' = p+g, m' = m+g, v' = v+g, f32, as tools/bandwidth.h) as an optfuse.t
 over the same tensor list, same engine, threads and per-tensor calls, timed through its C++ step.
 "share" = ceiling time / contender time over the same elements; "x optfuse" = time / optfuse's.
 """
+
 from __future__ import annotations
 
-import argparse, contextlib, gc, io, json, os, platform, re, shutil, statistics, subprocess, sys
+import argparse
+import contextlib
+import gc
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,8 +42,15 @@ import optfuse
 import optfuse.torch as oft
 from optfuse import _core
 
-from benchlib import (CEILING_RULE, HP, ROOT, add_timing_args, groups_of, interleaved_rounds,
-                      machine, spec_shapes)
+from benchlib import (
+    CEILING_RULE,
+    HP,
+    add_timing_args,
+    groups_of,
+    interleaved_rounds,
+    machine,
+    spec_shapes,
+)
 
 
 # ---- cases -------------------------------------------------------------------------------------
@@ -48,9 +66,12 @@ def make_cases(a):
     gpt = gpt2_shapes(8 if q else 1)
     cases = {
         "gpt2": ("GPT-2 small" + scaled, gpt, torch.float32),
-        "resnet50": ("ResNet-50" + scaled, spec_shapes("resnet50.json", 8 if q else 1),
-                     torch.float32),
-        "small": (f"1000 x 1K", [([1024], True)] * 1000, torch.float32),
+        "resnet50": (
+            "ResNet-50" + scaled,
+            spec_shapes("resnet50.json", 8 if q else 1),
+            torch.float32,
+        ),
+        "small": ("1000 x 1K", [([1024], True)] * 1000, torch.float32),
         "gpt2-bf16": ("GPT-2 small bf16" + scaled, gpt, torch.bfloat16),
     }
     out = {}
@@ -71,8 +92,8 @@ class Entry:
 
     def __init__(self, name, run, before=None, role="main", note="", keep=None):
         self.name, self.run, self.before, self.role, self.note = name, run, before, role, note
-        self.keep = keep   # what owns the memory a raw C++ step writes (the torch optimizer)
-        self.rounds: list[float] = []   # median step time of each round, seconds
+        self.keep = keep  # what owns the memory a raw C++ step writes (the torch optimizer)
+        self.rounds: list[float] = []  # median step time of each round, seconds
         self.setup_s = None
 
 
@@ -81,6 +102,7 @@ def build_entries(a, shapes, dtype, log):
     decays = [d for _, d in shapes]
     base = [torch.randn(s).mul_(0.02).to(dtype) for s, _ in shapes]
     grads = [[torch.randn(s).mul_(1e-3).to(dtype) for s, _ in shapes] for _ in range(2)]
+
     def fresh(dt=dtype):
         return [torch.nn.Parameter(b.to(dt, copy=True)) for b in base]
 
@@ -91,47 +113,81 @@ def build_entries(a, shapes, dtype, log):
             turn[0] ^= 1
             for p, g in zip(params, gsets[turn[0]]):
                 p.grad = g
+
         return before
 
     entries = []
     # optfuse: opt.step() with new gradients and with the same ones, and the C++ step under it.
     ps = fresh()
     opt = oft.AdamW(groups_of(ps, decays), **HP)
-    rebinder(ps)(); opt.step()
+    rebinder(ps)()
+    opt.step()
     entries.append(Entry("optfuse.torch.AdamW", opt.step, rebinder(ps)))
     if not a.no_overhead:
-        entries.append(Entry("optfuse C++ set_grads + step", *raw_step(opt, ps, grads),
-                             role="overhead", keep=opt))
+        entries.append(
+            Entry(
+                "optfuse C++ set_grads + step", *raw_step(opt, ps, grads), role="overhead", keep=opt
+            )
+        )
         entries.append(Entry("optfuse opt.step(), same grads", opt.step, role="overhead"))
-        entries.append(Entry("optfuse C++ step, same grads", opt._optfuse_binding.core.step,
-                             role="overhead", keep=opt))
-    if dtype != torch.float32:   # optfuse with torch's semantics (14 B/element), and bf16 state
+        entries.append(
+            Entry(
+                "optfuse C++ step, same grads",
+                opt._optfuse_binding.core.step,
+                role="overhead",
+                keep=opt,
+            )
+        )
+    if dtype != torch.float32:  # optfuse with torch's semantics (14 B/element), and bf16 state
         for name, extra, note in (
-                ("optfuse.torch.AdamW(master_weights=False)", dict(master_weights=False),
-                 "bf16 state, no master: torch's semantics and bits"),
-                ("optfuse.torch.AdamW(state_dtype='bf16')", dict(state_dtype="bf16"),
-                 "f32 master, bf16 state (20 B/elt)")):
+            (
+                "optfuse.torch.AdamW(master_weights=False)",
+                dict(master_weights=False),
+                "bf16 state, no master: torch's semantics and bits",
+            ),
+            (
+                "optfuse.torch.AdamW(state_dtype='bf16')",
+                dict(state_dtype="bf16"),
+                "f32 master, bf16 state (20 B/elt)",
+            ),
+        ):
             op = fresh()
             o16 = oft.AdamW(groups_of(op, decays), **HP, **extra)
-            rebinder(op)(); o16.step()
+            rebinder(op)()
+            o16.step()
             entries.append(Entry(name, o16.step, rebinder(op), note=note))
     # The 4r3w ceiling in f32 over the same element counts, gradients swapped as above.
     cps = fresh(torch.float32)
     cg = [[g.float() for g in gs] for gs in grads] if dtype != torch.float32 else grads
     ceil = oft.Custom(cps, CEILING_RULE)
-    rebinder(cps, cg)(); ceil.step()
-    entries.append(Entry("ceiling 4r3w (optfuse kernel)", *raw_step(ceil, cps, cg),
-                         role="ceiling", keep=(ceil, cg)))
+    rebinder(cps, cg)()
+    ceil.step()
+    entries.append(
+        Entry(
+            "ceiling 4r3w (optfuse kernel)",
+            *raw_step(ceil, cps, cg),
+            role="ceiling",
+            keep=(ceil, cg),
+        )
+    )
     # torch.optim.AdamW in each implementation that takes these params: fused, foreach, and
     # the default per-parameter for-loop (foreach=False, fused unset).
-    for name, flags in (("torch AdamW fused=True", {"fused": True}),
-                        ("torch AdamW foreach=True", {"foreach": True}),
-                        ("torch AdamW foreach=False (for-loop)", {"foreach": False})):
+    for name, flags in (
+        ("torch AdamW fused=True", {"fused": True}),
+        ("torch AdamW foreach=True", {"foreach": True}),
+        ("torch AdamW foreach=False (for-loop)", {"foreach": False}),
+    ):
         tp = fresh()
         t_opt = torch.optim.AdamW(groups_of(tp, decays), **HP, **flags)
-        entries.append(Entry(name, t_opt.step, rebinder(tp),
-                             note="bf16 state, no master" if dtype != torch.float32 else ""))
-    if dtype != torch.float32:   # torch with an f32 master copy, as AMP-style trainers do it
+        entries.append(
+            Entry(
+                name,
+                t_opt.step,
+                rebinder(tp),
+                note="bf16 state, no master" if dtype != torch.float32 else "",
+            )
+        )
+    if dtype != torch.float32:  # torch with an f32 master copy, as AMP-style trainers do it
         tp, masters = fresh(), fresh(torch.float32)
         mg = [torch.empty_like(m) for m in masters]
         for m, g in zip(masters, mg):
@@ -143,8 +199,15 @@ def build_entries(a, shapes, dtype, log):
             torch._foreach_copy_(mg, [p.grad for p in tp])
             m_opt.step()
             torch._foreach_copy_(tp, masters)
-        entries.append(Entry("torch fused, f32 master + casts", master_step, rebinder(tp),
-                             note="+12 B/elt of casts"))
+
+        entries.append(
+            Entry(
+                "torch fused, f32 master + casts",
+                master_step,
+                rebinder(tp),
+                note="+12 B/elt of casts",
+            )
+        )
     if a.compile_ok and dtype == torch.float32:
         tp = fresh()
         c_opt = torch.optim.AdamW(groups_of(tp, decays), **{**HP, "lr": torch.tensor(HP["lr"])})
@@ -169,8 +232,9 @@ def raw_step(opt, params, gsets):
     with new gradients, without its Python checks."""
     b = opt._optfuse_binding
     index = {id(p): i for i, p in enumerate(params)}
-    ptrs = [[(g.cpp, [gs[index[id(p)]].data_ptr() for p in g.params]) for g in b.groups]
-            for gs in gsets]
+    ptrs = [
+        [(g.cpp, [gs[index[id(p)]].data_ptr() for p in g.params]) for g in b.groups] for gs in gsets
+    ]
     turn = [0]
 
     def before():
@@ -180,6 +244,7 @@ def raw_step(opt, params, gsets):
         for cpp, addresses in ptrs[turn[0]]:
             core.set_grads(cpp, addresses)
         core.step()
+
     return run, before
 
 
@@ -193,17 +258,25 @@ def deepspeed_entry(ps, decays, rebinder, log):
             t0 = time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):
                 from deepspeed.ops.adam import DeepSpeedCPUAdam
-                DeepSpeedCPUAdam([torch.nn.Parameter(torch.zeros(8))])   # builds the op
+
+                DeepSpeedCPUAdam([torch.nn.Parameter(torch.zeros(8))])  # builds the op
             _DS.update(cls=DeepSpeedCPUAdam, build=time.perf_counter() - t0)
             log(f"  deepspeed: CPU Adam op ready in {_DS['build']:.1f} s")
         with contextlib.redirect_stdout(io.StringIO()):
             opt = _DS["cls"](groups_of(ps, decays), **HP, adamw_mode=True)
-            rebinder(ps)(); opt.step()
-        e = Entry("DeepSpeedCPUAdam", opt.step, rebinder(ps), note="" if ps[0].dtype ==
-                  torch.float32 else "f32 state, bf16 params updated directly, no master")
+            rebinder(ps)()
+            opt.step()
+        e = Entry(
+            "DeepSpeedCPUAdam",
+            opt.step,
+            rebinder(ps),
+            note=""
+            if ps[0].dtype == torch.float32
+            else "f32 state, bf16 params updated directly, no master",
+        )
         e.setup_s = _DS["build"]
         return e
-    except Exception as ex:   # not installed, op build failed, dtype refused, ...
+    except Exception as ex:  # not installed, op build failed, dtype refused, ...
         msg = f"{type(ex).__name__}: {str(ex).splitlines()[0][:80] if str(ex) else ''}"
         log(f"  deepspeed unavailable: {msg}")
         return Entry("DeepSpeedCPUAdam", None, role="unavailable", note=msg)
@@ -211,9 +284,10 @@ def deepspeed_entry(ps, decays, rebinder, log):
 
 def time_case(a, entries, log):
     live = [e for e in entries if e.run is not None]
-    for e in live:                      # warm-up
+    for e in live:  # warm-up
         for _ in range(a.warmup):
-            if e.before: e.before()
+            if e.before:
+                e.before()
             e.run()
     interleaved_rounds(live, a.rounds, a.steps, a.turn_warmup, log)
 
@@ -227,25 +301,35 @@ def summarize(entries, n_elems, n_tensors):
         row = {"name": e.name, "role": e.role, "note": e.note, "setup_s": e.setup_s}
         if e.name in med:
             t = med[e.name]
-            row.update(ms=t * 1e3, min_ms=min(e.rounds) * 1e3, rounds_ms=[x * 1e3 for x in e.rounds],
-                       gbps=28 * n_elems / t / 1e9, share=ceil / t if ceil else None,
-                       x_optfuse=t / ours if ours else None)
+            row.update(
+                ms=t * 1e3,
+                min_ms=min(e.rounds) * 1e3,
+                rounds_ms=[x * 1e3 for x in e.rounds],
+                gbps=28 * n_elems / t / 1e9,
+                share=ceil / t if ceil else None,
+                x_optfuse=t / ours if ours else None,
+            )
         rows.append(row)
     by = {e.name: e for e in entries}
     over = {}
     if "optfuse C++ step, same grads" in by and by["optfuse.torch.AdamW"].rounds:
-        for key, py, cpp in (("rebound", "optfuse.torch.AdamW", "optfuse C++ set_grads + step"),
-                             ("same_grads", "optfuse opt.step(), same grads",
-                              "optfuse C++ step, same grads")):
+        for key, py, cpp in (
+            ("rebound", "optfuse.torch.AdamW", "optfuse C++ set_grads + step"),
+            ("same_grads", "optfuse opt.step(), same grads", "optfuse C++ step, same grads"),
+        ):
             d = statistics.median(x - c for x, c in zip(by[py].rounds, by[cpp].rounds))
-            over[key + "_ms"] = d * 1e3   # paired by round
+            over[key + "_ms"] = d * 1e3  # paired by round
             over[key + "_us_per_tensor"] = d * 1e6 / n_tensors
             over[key + "_cpp_ms"] = med[cpp] * 1e3
         over["cpp_share"] = ceil / med["optfuse C++ set_grads + step"] if ceil else None
     torch_rows = [r for r in rows if r["name"].startswith("torch") and "ms" in r]
     best = min(torch_rows, key=lambda r: r["ms"]) if torch_rows else None
-    return {"rows": rows, "overhead": over, "best_torch": best and best["name"],
-            "optfuse_vs_best_torch": best["ms"] / (ours * 1e3) if best and ours else None}
+    return {
+        "rows": rows,
+        "overhead": over,
+        "best_torch": best and best["name"],
+        "optfuse_vs_best_torch": best["ms"] / (ours * 1e3) if best and ours else None,
+    }
 
 
 # ---- start-up, binding overhead ----------------------------------------------------------------
@@ -280,20 +364,29 @@ def startup(a, log, shapes):
         with tempfile.TemporaryDirectory(prefix="optfuse-bench-cache-") as d:
             env = {**os.environ, "OPTFUSE_CACHE_DIR": d}
             for kind in ("cold", "warm", "torch"):
-                p = subprocess.run([sys.executable, "-c", STARTUP, kind, arg], env=env,
-                                   capture_output=True, text=True, timeout=600)
+                p = subprocess.run(
+                    [sys.executable, "-c", STARTUP, kind, arg],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
                 if p.returncode:
                     raise RuntimeError(f"start-up subprocess failed: {p.stderr[-500:]}")
                 out[kind].append(json.loads(p.stdout.strip().splitlines()[-1]))
-        log(f"  start-up run {i + 1}: " + ", ".join(f"{k} {v[-1]['s']:.3f} s"
-                                                    for k, v in out.items()))
+        log(
+            f"  start-up run {i + 1}: "
+            + ", ".join(f"{k} {v[-1]['s']:.3f} s" for k, v in out.items())
+        )
     return out
 
 
 def noop_cost(a):
     """ns per call of optfuse._core.noop(0) (nanobind), and of an empty Python function."""
+
     def py_noop(x):
         pass
+
     res = {}
     for name, f in (("optfuse._core.noop", _core.noop), ("python def", py_noop)):
         n, per = 200_000 if not a.quick else 20_000, []
@@ -313,22 +406,35 @@ def fmt(v, spec, none="-"):
 
 def markdown(res):
     m, a = res["machine"], res["args"]
-    L = [f"# optfuse.torch vs torch.optim AdamW{' — smoke test' if a['quick'] else ''}", "",
-         f"CPU: {m['cpu']} ({m['cores']} cores, avx512f: {'yes' if m['avx512f'] else 'no'}); "
-         f"torch {m['torch']} ({m['torch_threads']} threads); optfuse {m['optfuse']} "
-         f"({m['optfuse_threads']} threads, target {m['target']}); Python {m['python']}.",
-         f"Load average (1 min) at start / end: {m['loadavg_start']:.1f} / "
-         f"{m['loadavg_end']:.1f}" + (" — the machine was busy: threads wait for cores, so "
-         "multi-threaded torch ops pay scheduler delays" if m['loadavg_start'] > 0.5 * m['cores']
-         else "") + ".",
-         f"{a['rounds']} interleaved rounds x {a['steps']} steps (+{a['turn_warmup']} untimed "
-         f"per turn), median of round medians. "
-         "GB/s at 28 B/element; share = 4r3w ceiling time / time; x optfuse = time / optfuse "
-         "time (> 1: optfuse is faster).", ""]
+    L = [
+        f"# optfuse.torch vs torch.optim AdamW{' — smoke test' if a['quick'] else ''}",
+        "",
+        f"CPU: {m['cpu']} ({m['cores']} cores, avx512f: {'yes' if m['avx512f'] else 'no'}); "
+        f"torch {m['torch']} ({m['torch_threads']} threads); optfuse {m['optfuse']} "
+        f"({m['optfuse_threads']} threads, target {m['target']}); Python {m['python']}.",
+        f"Load average (1 min) at start / end: {m['loadavg_start']:.1f} / "
+        f"{m['loadavg_end']:.1f}"
+        + (
+            " — the machine was busy: threads wait for cores, so "
+            "multi-threaded torch ops pay scheduler delays"
+            if m["loadavg_start"] > 0.5 * m["cores"]
+            else ""
+        )
+        + ".",
+        f"{a['rounds']} interleaved rounds x {a['steps']} steps (+{a['turn_warmup']} untimed "
+        f"per turn), median of round medians. "
+        "GB/s at 28 B/element; share = 4r3w ceiling time / time; x optfuse = time / optfuse "
+        "time (> 1: optfuse is faster).",
+        "",
+    ]
     for key, c in res["cases"].items():
-        L += [f"## {c['label']}: {c['tensors']} tensors, {c['elements'] / 1e6:.2f} M elements "
-              f"({c['dtype']})", "", "| contender | ms / step | min | GB/s | share | x optfuse "
-              "| note |", "|---|---:|---:|---:|---:|---:|---|"]
+        L += [
+            f"## {c['label']}: {c['tensors']} tensors, {c['elements'] / 1e6:.2f} M elements "
+            f"({c['dtype']})",
+            "",
+            "| contender | ms / step | min | GB/s | share | x optfuse | note |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
         for r in c["rows"]:
             if r["role"] == "overhead":
                 continue
@@ -336,103 +442,161 @@ def markdown(res):
             if r["setup_s"] is not None:
                 what = "compile (first call)" if "compile" in r["name"] else "op load / build"
                 note = (note + "; " if note else "") + f"{what} {r['setup_s']:.1f} s"
-            L.append(f"| {r['name']} | {fmt(r.get('ms'), '.3f', 'n/a')} | "
-                     f"{fmt(r.get('min_ms'), '.3f')} | {fmt(r.get('gbps'), '.1f')} | "
-                     f"{fmt(r.get('share'), '.2f')} | {fmt(r.get('x_optfuse'), '.2f')} | {note} |")
+            L.append(
+                f"| {r['name']} | {fmt(r.get('ms'), '.3f', 'n/a')} | "
+                f"{fmt(r.get('min_ms'), '.3f')} | {fmt(r.get('gbps'), '.1f')} | "
+                f"{fmt(r.get('share'), '.2f')} | {fmt(r.get('x_optfuse'), '.2f')} | {note} |"
+            )
         o = c["overhead"]
         L.append("")
         if c["best_torch"]:
-            L.append(f"optfuse's speed-up over the best torch ({c['best_torch']}): "
-                     f"**{c['optfuse_vs_best_torch']:.2f}x** (< 1: torch is faster).")
+            L.append(
+                f"optfuse's speed-up over the best torch ({c['best_torch']}): "
+                f"**{c['optfuse_vs_best_torch']:.2f}x** (< 1: torch is faster)."
+            )
         if o:
-            L.append(f"Python step over the C++ step (same binding, paired per round): "
-                     f"{o['rebound_ms']:+.3f} ms ({o['rebound_us_per_tensor']:+.2f} us/tensor) "
-                     f"with new gradients (C++ `set_grads` + `step()`: {o['rebound_cpp_ms']:.3f} "
-                     f"ms, share {fmt(o['cpp_share'], '.2f')}), {o['same_grads_ms']:+.3f} ms "
-                     f"({o['same_grads_us_per_tensor']:+.2f} us/tensor) with the same ones "
-                     f"(C++ `step()`: {o['same_grads_cpp_ms']:.3f} ms).")
+            L.append(
+                f"Python step over the C++ step (same binding, paired per round): "
+                f"{o['rebound_ms']:+.3f} ms ({o['rebound_us_per_tensor']:+.2f} us/tensor) "
+                f"with new gradients (C++ `set_grads` + `step()`: {o['rebound_cpp_ms']:.3f} "
+                f"ms, share {fmt(o['cpp_share'], '.2f')}), {o['same_grads_ms']:+.3f} ms "
+                f"({o['same_grads_us_per_tensor']:+.2f} us/tensor) with the same ones "
+                f"(C++ `step()`: {o['same_grads_cpp_ms']:.3f} ms)."
+            )
         L.append("")
     for layout, s in (res.get("startup") or {}).items():
-        med = {k: {f: statistics.median(x[f] for x in v) for f in ("s", "import_s", "ctor_s",
-                                                                    "step_s")}
-               for k, v in s.items()}
-        L += [f"## Start-up: `import optfuse.torch` to first AdamW step done ({layout})", "",
-              f"Fresh processes (torch imported first), {len(s['cold'])} run(s), medians, "
-              "seconds. torch's constructor imports torch._dynamo (optfuse's does not); "
-              "optfuse's kernels are compiled or loaded in the first step, which also makes "
-              "the state (zeros) as torch's does.", "",
-              "| | total | import | constructor | first step | compiled |",
-              "|---|---:|---:|---:|---:|---|"]
-        for k, label in (("cold", "optfuse, empty cache"), ("warm", "optfuse, warm cache"),
-                         ("torch", "torch.optim.AdamW(fused=True)")):
+        med = {
+            k: {
+                f: statistics.median(x[f] for x in v) for f in ("s", "import_s", "ctor_s", "step_s")
+            }
+            for k, v in s.items()
+        }
+        L += [
+            f"## Start-up: `import optfuse.torch` to first AdamW step done ({layout})",
+            "",
+            f"Fresh processes (torch imported first), {len(s['cold'])} run(s), medians, "
+            "seconds. torch's constructor imports torch._dynamo (optfuse's does not); "
+            "optfuse's kernels are compiled or loaded in the first step, which also makes "
+            "the state (zeros) as torch's does.",
+            "",
+            "| | total | import | constructor | first step | compiled |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for k, label in (
+            ("cold", "optfuse, empty cache"),
+            ("warm", "optfuse, warm cache"),
+            ("torch", "torch.optim.AdamW(fused=True)"),
+        ):
             m, x = med[k], s[k][0]
-            comp = (f"{x['compiles']} kernels + {x['runtime_compiles']} runtime, "
-                    f"{x['disk_hits']} from disk") if "compiles" in x else ""
-            L.append(f"| {label} | {m['s']:.3f} | {m['import_s']:.3f} | {m['ctor_s']:.3f} | "
-                     f"{m['step_s']:.3f} | {comp} |")
+            comp = (
+                (
+                    f"{x['compiles']} kernels + {x['runtime_compiles']} runtime, "
+                    f"{x['disk_hits']} from disk"
+                )
+                if "compiles" in x
+                else ""
+            )
+            L.append(
+                f"| {label} | {m['s']:.3f} | {m['import_s']:.3f} | {m['ctor_s']:.3f} | "
+                f"{m['step_s']:.3f} | {comp} |"
+            )
         L.append("")
     if res.get("noop"):
         n = res["noop"]
-        L += ["## Binding per-call cost", "", f"`optfuse._core.noop(0)`: "
-              f"**{n['optfuse._core.noop']:.0f} ns** per call (an empty Python function: "
-              f"{n['python def']:.0f} ns).", ""]
+        L += [
+            "## Binding per-call cost",
+            "",
+            f"`optfuse._core.noop(0)`: "
+            f"**{n['optfuse._core.noop']:.0f} ns** per call (an empty Python function: "
+            f"{n['python def']:.0f} ns).",
+            "",
+        ]
     return "\n".join(L)
 
 
 def plot(res, path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     cases = list(res["cases"].values())
-    names = sorted({r["name"] for c in cases for r in c["rows"]
-                    if r["role"] in ("main",) and r.get("share")},
-                   key=lambda n: (not n.startswith("optfuse"), n))
+    names = sorted(
+        {r["name"] for c in cases for r in c["rows"] if r["role"] in ("main",) and r.get("share")},
+        key=lambda n: (not n.startswith("optfuse"), n),
+    )
     fig, ax = plt.subplots(figsize=(11, 5))
     w = 0.8 / max(1, len(names))
     top = 0.0
     for i, n in enumerate(names):
-        rs = [next((r for r in c["rows"] if r["name"] == n and r.get("share")), None)
-              for c in cases]
+        rs = [
+            next((r for r in c["rows"] if r["name"] == n and r.get("share")), None) for c in cases
+        ]
         ys = [r["share"] if r else 0 for r in rs]
         top = max([top] + ys)
         # spread over rounds: the share at the slowest and at the fastest round
         lo = [r["share"] * r["ms"] / max(r["rounds_ms"]) if r else 0 for r in rs]
         hi = [r["share"] * r["ms"] / min(r["rounds_ms"]) if r else 0 for r in rs]
-        ax.bar([k + i * w for k in range(len(cases))], ys, w, label=n,
-               yerr=[[y - l for y, l in zip(ys, lo)], [h - y for y, h in zip(ys, hi)]],
-               error_kw={"elinewidth": 0.7, "capsize": 2})
+        ax.bar(
+            [k + i * w for k in range(len(cases))],
+            ys,
+            w,
+            label=n,
+            yerr=[[y - l for y, l in zip(ys, lo)], [h - y for y, h in zip(ys, hi)]],
+            error_kw={"elinewidth": 0.7, "capsize": 2},
+        )
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
-    ax.set_ylim(0, max(1.5, 1.3 * top))   # whiskers of a noisy run may leave the frame
+    ax.set_ylim(0, max(1.5, 1.3 * top))  # whiskers of a noisy run may leave the frame
     ax.set_xticks([k + 0.4 - w / 2 for k in range(len(cases))], [c["label"] for c in cases])
-    ax.set_ylabel("share of the 4r3w ceiling (ceiling time / step time)\n"
-                  "bars: median over rounds, whiskers: slowest..fastest round", fontsize=8)
+    ax.set_ylabel(
+        "share of the 4r3w ceiling (ceiling time / step time)\n"
+        "bars: median over rounds, whiskers: slowest..fastest round",
+        fontsize=8,
+    )
     m = res["machine"]
-    ax.set_title(("SMOKE TEST — " if res["args"]["quick"] else "") + f"AdamW step on {m['cpu']} "
-                 f"(avx512f {'yes' if m['avx512f'] else 'no'}), torch {m['torch']}, "
-                 f"{m['torch_threads']} threads; load average {m['loadavg_start']:.1f} at the "
-                 f"start, {m.get('loadavg_end', float('nan')):.1f} at the end", fontsize=9)
+    ax.set_title(
+        ("SMOKE TEST — " if res["args"]["quick"] else "") + f"AdamW step on {m['cpu']} "
+        f"(avx512f {'yes' if m['avx512f'] else 'no'}), torch {m['torch']}, "
+        f"{m['torch_threads']} threads; load average {m['loadavg_start']:.1f} at the "
+        f"start, {m.get('loadavg_end', float('nan')):.1f} at the end",
+        fontsize=9,
+    )
     ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.07))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smoke test: small sizes (flatN is "
-                    "2^(N-4), model dims / 8), few rounds")
-    ap.add_argument("--cases", default="gpt2,resnet50,small,flat20,flat24,gpt2-bf16",
-                    help="comma list of gpt2, resnet50, small, flatN (one tensor of 2^N, e.g. "
-                    "flat20), gpt2-bf16, startup, noop (default: the six cases, then startup "
-                    "and noop)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: small sizes (flatN is 2^(N-4), model dims / 8), few rounds",
+    )
+    ap.add_argument(
+        "--cases",
+        default="gpt2,resnet50,small,flat20,flat24,gpt2-bf16",
+        help="comma list of gpt2, resnet50, small, flatN (one tensor of 2^N, e.g. "
+        "flat20), gpt2-bf16, startup, noop (default: the six cases, then startup "
+        "and noop)",
+    )
     add_timing_args(ap)
-    ap.add_argument("--compile", default="gpt2,flat20,flat24", metavar="CASES",
-                    help="cases with a torch.compile'd step (default gpt2,flat20,flat24; "
-                    "GPT-2 compiles ~95 s, 'small' 10+ minutes)")
+    ap.add_argument(
+        "--compile",
+        default="gpt2,flat20,flat24",
+        metavar="CASES",
+        help="cases with a torch.compile'd step (default gpt2,flat20,flat24; "
+        "GPT-2 compiles ~95 s, 'small' 10+ minutes)",
+    )
     ap.add_argument("--no-compile", action="store_true", help="no torch.compile at all")
     ap.add_argument("--no-deepspeed", action="store_true", help="skip DeepSpeedCPUAdam")
-    ap.add_argument("--no-overhead", action="store_true",
-                    help="skip the Python-over-C++ step measurements (for size sweeps)")
+    ap.add_argument(
+        "--no-overhead",
+        action="store_true",
+        help="skip the Python-over-C++ step measurements (for size sweeps)",
+    )
     ap.add_argument("--startup-runs", type=int, help="cold + warm process pairs (3, quick 1)")
     ap.add_argument("--out-md", metavar="FILE", help="write the Markdown table here too")
     ap.add_argument("--out-json", metavar="FILE", help="all figures, every round, as JSON")
@@ -464,19 +628,25 @@ def run_all(a, log):
         log(f"{label}: {len(shapes)} tensors, {n_elems / 1e6:.2f} M elements, {dtype}")
         entries = build_entries(a, shapes, dtype, log)
         time_case(a, entries, log)
-        res["cases"][key] = {"label": label, "tensors": len(shapes), "elements": n_elems,
-                             "dtype": str(dtype).replace("torch.", ""),
-                             **summarize(entries, n_elems, len(shapes))}
+        res["cases"][key] = {
+            "label": label,
+            "tensors": len(shapes),
+            "elements": n_elems,
+            "dtype": str(dtype).replace("torch.", ""),
+            **summarize(entries, n_elems, len(shapes)),
+        }
         del entries
-        torch._dynamo.reset()   # compiled code holds the case's params
+        torch._dynamo.reset()  # compiled code holds the case's params
         gc.collect()
     if "startup" in a.cases:
         log("start-up (subprocesses) ...")
         try:
             res["startup"] = {
                 "16 x 64K": startup(a, log, [(1 << 16,)] * 16),
-                "GPT-2 small" + (" (dims / 8)" if a.quick else ""):
-                    startup(a, log, [s for s, _ in gpt2_shapes(8 if a.quick else 1)])}
+                "GPT-2 small" + (" (dims / 8)" if a.quick else ""): startup(
+                    a, log, [s for s, _ in gpt2_shapes(8 if a.quick else 1)]
+                ),
+            }
         except (RuntimeError, subprocess.TimeoutExpired, ValueError) as ex:
             log(f"  start-up skipped: {ex}")
     if "noop" in a.cases:

@@ -26,6 +26,7 @@ Figures: final loss (mean of the last 20 steps), the median and the largest per-
 loss difference against the f32 run, and the relative L2 distance of the final params.
 Run: ``python bench/python/study_int8_state.py [--steps 300] [--block 256] [--out PATH]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,7 @@ def dynamic_map(signed: bool) -> torch.Tensor:
     max_exp = 7
     values = [0.0, 1.0]
     for i in range(max_exp):
-        n = 2 ** i if signed else 2 ** (i + 1)
+        n = 2**i if signed else 2 ** (i + 1)
         bounds = torch.linspace(0.1, 1, n + 1, dtype=torch.float64)
         means = (bounds[:-1] + bounds[1:]) / 2 * 10.0 ** (i - (max_exp - 1))
         values += means.tolist()
@@ -90,8 +91,17 @@ class SimulatedAdamW8bit(torch.optim.Optimizer):
     """torch.optim.AdamW's single-tensor formulas, with exp_avg and exp_avg_sq kept as codes and
     block scales between steps (see the module docstring)."""
 
-    def __init__(self, params, m_map, v_map, block=256, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
-                 weight_decay=1e-2):
+    def __init__(
+        self,
+        params,
+        m_map,
+        v_map,
+        block=256,
+        lr=1e-3,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=1e-2,
+    ):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self.m_map, self.v_map, self.block = m_map, v_map, block
 
@@ -115,8 +125,8 @@ class SimulatedAdamW8bit(torch.optim.Optimizer):
                 p.mul_(1 - group["lr"] * group["weight_decay"])
                 m.lerp_(p.grad, 1 - b1)
                 v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                denom = (v.sqrt() / math.sqrt(1 - b2 ** t)).add_(group["eps"])
-                p.addcdiv_(m, denom, value=-group["lr"] / (1 - b1 ** t))
+                denom = (v.sqrt() / math.sqrt(1 - b2**t)).add_(group["eps"])
+                p.addcdiv_(m, denom, value=-group["lr"] / (1 - b1**t))
                 st["m"] = quantize(m, self.m_map, self.block)
                 st["v"] = quantize(v, self.v_map, self.block)
 
@@ -138,16 +148,21 @@ class TinyTransformer(nn.Module):
 def make(kind):
     g = torch.Generator().manual_seed(1)
     if kind == "mlp":
-        model = nn.Sequential(nn.Linear(20, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(),
-                              nn.Linear(256, 1))
+        model = nn.Sequential(
+            nn.Linear(20, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 1)
+        )
         x = torch.randn(256, 20, generator=g)
         y = (x[:, :5].sum(1, keepdim=True) ** 2 + x[:, 5:6]).tanh()
         return model, x, y, nn.functional.mse_loss
     model = TinyTransformer()
     x = torch.randint(0, 64, (64, 16), generator=g)
     y = torch.roll(x, 1, dims=1)
-    return model, x, y, lambda out, tgt: nn.functional.cross_entropy(out.reshape(-1, 64),
-                                                                     tgt.reshape(-1))
+    return (
+        model,
+        x,
+        y,
+        lambda out, tgt: nn.functional.cross_entropy(out.reshape(-1, 64), tgt.reshape(-1)),
+    )
 
 
 def train(kind, make_opt, steps):
@@ -171,29 +186,42 @@ def contenders(block):
     out = {"f32": lambda ps: torch.optim.AdamW(ps, foreach=True, **hp)}
     try:
         import optfuse.torch as oft
-        out["bf16 (optfuse state_dtype='bf16')"] = lambda ps: oft.AdamW(ps, state_dtype="bf16",
-                                                                        **hp)
+
+        out["bf16 (optfuse state_dtype='bf16')"] = lambda ps: oft.AdamW(
+            ps, state_dtype="bf16", **hp
+        )
         # The built kernels (linear m, sqrt v): every tensor, as the simulated runs, and with
         # the default min_8bit_size (tensors below 4096 elements keep f32 state).
         out["int8 (optfuse state_dtype='int8', every tensor)"] = lambda ps: oft.AdamW(
-            ps, state_dtype="int8", block_size=block, min_8bit_size=0, **hp)
+            ps, state_dtype="int8", block_size=block, min_8bit_size=0, **hp
+        )
         out["int8 (optfuse state_dtype='int8', min_8bit_size 4096)"] = lambda ps: oft.AdamW(
-            ps, state_dtype="int8", block_size=block, **hp)
+            ps, state_dtype="int8", block_size=block, **hp
+        )
     except ImportError:
         pass
-    for m_name, v_name in [("linear", "linear"), ("dynamic", "linear"), ("dynamic", "dynamic"),
-                           ("dynamic", "sqrt"), ("linear", "dynamic"), ("linear", "sqrt")]:
+    for m_name, v_name in [
+        ("linear", "linear"),
+        ("dynamic", "linear"),
+        ("dynamic", "dynamic"),
+        ("dynamic", "sqrt"),
+        ("linear", "dynamic"),
+        ("linear", "sqrt"),
+    ]:
         m_map = MAPS[m_name](True)
         v_map = sqrt_map() if v_name == "sqrt" else MAPS[v_name](False)
-        out[f"int8 {m_name}/{v_name} (simulated)"] = (
-            lambda ps, a=m_map, b=v_map: SimulatedAdamW8bit(ps, a, b, block, **hp))
+        out[f"int8 {m_name}/{v_name} (simulated)"] = lambda ps, a=m_map, b=v_map: (
+            SimulatedAdamW8bit(ps, a, b, block, **hp)
+        )
     try:
         from torchao.optim import AdamW8bit as TaoAdamW8bit
+
         out["torchao AdamW8bit"] = lambda ps: TaoAdamW8bit(ps, block_size=block, **hp)
     except Exception:
         pass
     try:
         import bitsandbytes as bnb
+
         out["bitsandbytes AdamW8bit"] = lambda ps: bnb.optim.AdamW8bit(ps, **hp)
     except Exception:
         pass
@@ -208,8 +236,10 @@ def main():
     ap.add_argument("--out", help="also write the Markdown tables here")
     a = ap.parse_args()
     torch.set_num_threads(1)  # deterministic forward and backward in every run
-    lines = [f"# 8-bit AdamW state: loss drift against f32 state ({a.steps} steps, "
-             f"block {a.block})", ""]
+    lines = [
+        f"# 8-bit AdamW state: loss drift against f32 state ({a.steps} steps, block {a.block})",
+        "",
+    ]
     for kind in a.models.split(","):
         runs = {}
         for name, make_opt in contenders(a.block).items():
@@ -217,15 +247,20 @@ def main():
             runs[name] = train(kind, make_opt, a.steps)
             print(f"{kind}: {name} done in {time.time() - t0:.1f} s", flush=True)
         ref_loss, ref_p = runs["f32"]
-        lines += [f"## {kind}", "",
-                  "| state | final loss | median step drift | max step drift | param distance |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += [
+            f"## {kind}",
+            "",
+            "| state | final loss | median step drift | max step drift | param distance |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for name, (loss, p) in runs.items():
             drift = [abs(x - r) / max(abs(r), 1e-12) for x, r in zip(loss, ref_loss)]
             final = statistics.mean(loss[-20:])
             dist = ((p - ref_p).norm() / ref_p.norm()).item()
-            lines.append(f"| {name} | {final:.4g} | {statistics.median(drift):.2e} | "
-                         f"{max(drift):.2e} | {dist:.2e} |")
+            lines.append(
+                f"| {name} | {final:.4g} | {statistics.median(drift):.2e} | "
+                f"{max(drift):.2e} | {dist:.2e} |"
+            )
         lines.append("")
     text = "\n".join(lines)
     print(text)

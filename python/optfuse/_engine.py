@@ -17,6 +17,7 @@ Environment (read when an engine is first made):
 ``OPTFUSE_OPENMP``     ``0``: optfuse's parallel loops on its own threads even where torch's
                        OpenMP runtime is loaded (default: on torch's; see share_openmp)
 """
+
 from __future__ import annotations
 
 import os
@@ -72,8 +73,10 @@ def share_openmp(library_hint: str = "libgomp") -> bool:
     for path in sorted(paths, key=lambda q: ("/torch/" not in q, q)):
         try:
             lib = ctypes.CDLL(path)
-            addr = [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
-                    for n in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")]
+            addr = [
+                ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                for n in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")
+            ]
         except (OSError, AttributeError):
             continue
         _core.use_openmp_runtime(*addr)

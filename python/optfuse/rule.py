@@ -15,6 +15,7 @@ the built-ins ``step`` and ``bias_correction1``, ``bias_correction2`` (``1 - bet
 Scalar-only arithmetic such as ``1 - b1`` is moved to the host by optfuse (in double, rounded
 once), so writing it in the rule costs nothing per element.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,48 +33,97 @@ class Value:
     def _op(self, op: str, *args) -> "Value":
         return self._rule._node(op, self, *args)
 
-    def __add__(self, o): return self._op("add", o)
-    def __radd__(self, o): return self._rule._node("add", o, self)
-    def __sub__(self, o): return self._op("sub", o)
-    def __rsub__(self, o): return self._rule._node("sub", o, self)
-    def __mul__(self, o): return self._op("mul", o)
-    def __rmul__(self, o): return self._rule._node("mul", o, self)
-    def __truediv__(self, o): return self._op("div", o)
-    def __rtruediv__(self, o): return self._rule._node("div", o, self)
-    def __pow__(self, o): return self._op("pow", o)
-    def __neg__(self): return self._op("neg")
-    def __abs__(self): return self._op("abs")
-    def __lt__(self, o): return self._op("lt", o)
-    def __le__(self, o): return self._op("le", o)
-    def __gt__(self, o): return self._op("gt", o)
-    def __ge__(self, o): return self._op("ge", o)
+    def __add__(self, o):
+        return self._op("add", o)
 
-    def sign(self): return self._op("sign")
-    def sqrt(self): return self._op("sqrt")
-    def rsqrt(self): return self._op("rsqrt")
-    def exp(self): return self._op("exp")
-    def log(self): return self._op("log")
+    def __radd__(self, o):
+        return self._rule._node("add", o, self)
+
+    def __sub__(self, o):
+        return self._op("sub", o)
+
+    def __rsub__(self, o):
+        return self._rule._node("sub", o, self)
+
+    def __mul__(self, o):
+        return self._op("mul", o)
+
+    def __rmul__(self, o):
+        return self._rule._node("mul", o, self)
+
+    def __truediv__(self, o):
+        return self._op("div", o)
+
+    def __rtruediv__(self, o):
+        return self._rule._node("div", o, self)
+
+    def __pow__(self, o):
+        return self._op("pow", o)
+
+    def __neg__(self):
+        return self._op("neg")
+
+    def __abs__(self):
+        return self._op("abs")
+
+    def __lt__(self, o):
+        return self._op("lt", o)
+
+    def __le__(self, o):
+        return self._op("le", o)
+
+    def __gt__(self, o):
+        return self._op("gt", o)
+
+    def __ge__(self, o):
+        return self._op("ge", o)
+
+    def sign(self):
+        return self._op("sign")
+
+    def sqrt(self):
+        return self._op("sqrt")
+
+    def rsqrt(self):
+        return self._op("rsqrt")
+
+    def exp(self):
+        return self._op("exp")
+
+    def log(self):
+        return self._op("log")
 
 
 def _unary(op: str):
     def f(x: Value) -> Value:
         return x._op(op)
+
     f.__name__ = op
     return f
 
 
-sign, sqrt, rsqrt, exp, log, is_finite = (_unary(o) for o in
-                                          ("sign", "sqrt", "rsqrt", "exp", "log", "is_finite"))
+sign, sqrt, rsqrt, exp, log, is_finite = (
+    _unary(o) for o in ("sign", "sqrt", "rsqrt", "exp", "log", "is_finite")
+)
 # Reductions: over the whole tensor, or per row (all dims but the first); see docs/graph-json.md.
-reduce_sum, reduce_mean, reduce_max, reduce_min = (_unary(o) for o in (
-    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min"))
-row_sum, row_mean, row_max, row_min = (_unary(o) for o in (
-    "row_sum", "row_mean", "row_max", "row_min"))
+reduce_sum, reduce_mean, reduce_max, reduce_min = (
+    _unary(o) for o in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min")
+)
+row_sum, row_mean, row_max, row_min = (
+    _unary(o) for o in ("row_sum", "row_mean", "row_max", "row_min")
+)
 
 
-def minimum(a: Value, b) -> Value: return a._op("min", b)
-def maximum(a: Value, b) -> Value: return a._op("max", b)
-def where(cond: Value, a, b) -> Value: return cond._op("select", a, b)
+def minimum(a: Value, b) -> Value:
+    return a._op("min", b)
+
+
+def maximum(a: Value, b) -> Value:
+    return a._op("max", b)
+
+
+def where(cond: Value, a, b) -> Value:
+    return cond._op("select", a, b)
 
 
 class Rule:
@@ -95,8 +145,11 @@ class Rule:
         self._inputs.append({"name": self._new_id(name), "role": role})
         return Value(self, name)
 
-    def param(self, name: str = "param") -> Value: return self._input(name, "param")
-    def grad(self, name: str = "grad") -> Value: return self._input(name, "grad")
+    def param(self, name: str = "param") -> Value:
+        return self._input(name, "param")
+
+    def grad(self, name: str = "grad") -> Value:
+        return self._input(name, "grad")
 
     def state(self, name: str) -> Value:
         """A state tensor, ``optimizer.state[p][name]``, starting at zero."""
@@ -130,9 +183,17 @@ class Rule:
         self._outputs[target.id] = self._arg(value)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "defaults": self.defaults,
-                "graph": {"name": self.name, "inputs": self._inputs, "scalars": self._scalars,
-                          "nodes": self._nodes, "outputs": self._outputs}}
+        return {
+            "name": self.name,
+            "defaults": self.defaults,
+            "graph": {
+                "name": self.name,
+                "inputs": self._inputs,
+                "scalars": self._scalars,
+                "nodes": self._nodes,
+                "outputs": self._outputs,
+            },
+        }
 
     def __str__(self) -> str:
         return json.dumps(self.to_json(), indent=1)

@@ -44,12 +44,18 @@ OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "adafactor")
 # other branch from step 7 (1 / sqrt(t) < 0.4); d = 1 clips on the steps where the gradient
 # jumps, d = 4 never does.
 CASES = [
-    ("adafactor", dict(lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0,
-                       maximize=False)),
-    ("adafactor_lr_wd_maximize", dict(lr=0.4, beta2_decay=-0.5, eps=(1e-10, 1e-3), d=1.0,
-                                      weight_decay=0.05, maximize=True)),
-    ("adafactor_unclipped", dict(lr=0.2, beta2_decay=-0.7, eps=(None, 1e-2), d=4.0,
-                                 weight_decay=0.1, maximize=False)),
+    (
+        "adafactor",
+        dict(lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, maximize=False),
+    ),
+    (
+        "adafactor_lr_wd_maximize",
+        dict(lr=0.4, beta2_decay=-0.5, eps=(1e-10, 1e-3), d=1.0, weight_decay=0.05, maximize=True),
+    ),
+    (
+        "adafactor_unclipped",
+        dict(lr=0.2, beta2_decay=-0.7, eps=(None, 1e-2), d=4.0, weight_decay=0.1, maximize=False),
+    ),
 ]
 
 
@@ -65,8 +71,11 @@ def run_case(kw):
     params = []
     for k, shape in enumerate(SHAPES.values()):
         n = int(np.prod(shape))
-        params.append(torch.tensor([gen(1 + k, i) for i in range(n)],
-                                   dtype=torch.float32).reshape(shape).requires_grad_())
+        params.append(
+            torch.tensor([gen(1 + k, i) for i in range(n)], dtype=torch.float32)
+            .reshape(shape)
+            .requires_grad_()
+        )
     opt = torch.optim.Adafactor(params, foreach=False, **kw)
     lrs = lr_schedule(kw["lr"])
     traj = {name: [] for name in SHAPES}
@@ -74,8 +83,9 @@ def run_case(kw):
         opt.param_groups[0]["lr"] = lrs[t - 1]
         for k, p in enumerate(params):
             n = p.numel()
-            p.grad = torch.tensor([gen(100 + 10 * k + t, i) * grad_scale(t) for i in range(n)],
-                                  dtype=torch.float32).reshape(p.shape)
+            p.grad = torch.tensor(
+                [gen(100 + 10 * k + t, i) * grad_scale(t) for i in range(n)], dtype=torch.float32
+            ).reshape(p.shape)
         opt.step()
         if t in RECORDED:
             for name, p in zip(SHAPES, params):
@@ -83,28 +93,42 @@ def run_case(kw):
     out = {}
     for name, p in zip(SHAPES, params):
         st = opt.state[p]
-        out[name] = {"params": traj[name],
-                     "state": {k: v.detach().reshape(-1).numpy() for k, v in st.items()
-                               if k != "step"}}
+        out[name] = {
+            "params": traj[name],
+            "state": {k: v.detach().reshape(-1).numpy() for k, v in st.items() if k != "step"},
+        }
     return lrs, out
 
 
 def write_case(case, kw, lrs, out):
     hyper = {k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()}
     lines = ["{"]
-    head = {"case": case, "torch_version": torch.__version__, "hyper": hyper, "steps": STEPS,
-            "lr_schedule": lrs, "recorded": RECORDED}
+    head = {
+        "case": case,
+        "torch_version": torch.__version__,
+        "hyper": hyper,
+        "steps": STEPS,
+        "lr_schedule": lrs,
+        "recorded": RECORDED,
+    }
     for k, v in head.items():
         lines.append("  %s: %s," % (json.dumps(k), json.dumps(v)))
     entries = []
     for name, shape in SHAPES.items():
-        body = ['    %s: {' % json.dumps(name), '      "shape": %s,' % json.dumps(shape),
-                '      "params": [']
+        body = [
+            "    %s: {" % json.dumps(name),
+            '      "shape": %s,' % json.dumps(shape),
+            '      "params": [',
+        ]
         body.append(",\n".join("        " + f32list(x) for x in out[name]["params"]))
         body.append("      ],")
         body.append('      "state": {')
-        body.append(",\n".join("        %s: %s" % (json.dumps(k), f32list(v))
-                               for k, v in out[name]["state"].items()))
+        body.append(
+            ",\n".join(
+                "        %s: %s" % (json.dumps(k), f32list(v))
+                for k, v in out[name]["state"].items()
+            )
+        )
         body.append("      }")
         body.append("    }")
         entries.append("\n".join(body))

@@ -72,88 +72,255 @@ GRAD_RULE_AMSGRAD = "g_t[i] = gen(100 + t, i) * (0.5 if t <= 3 else 0.0625)"
 
 # (case, torch class, kwargs)
 CASES = [
-    ("adam", torch.optim.Adam,
-     dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
-          maximize=False)),
-    ("adam_wd_amsgrad", torch.optim.Adam,
-     dict(lr=2e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01, amsgrad=True,
-          maximize=False)),
-    ("adamw", torch.optim.AdamW,
-     dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, amsgrad=False,
-          maximize=False)),
-    ("adamw_amsgrad", torch.optim.AdamW,
-     dict(lr=3e-3, betas=(0.85, 0.995), eps=1e-8, weight_decay=0.1, amsgrad=True,
-          maximize=False)),
-    ("adam_maximize", torch.optim.Adam,
-     dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.001, amsgrad=False,
-          maximize=True)),
-    ("sgd_nesterov", torch.optim.SGD,
-     dict(lr=0.05, momentum=0.9, dampening=0.0, weight_decay=1e-4, nesterov=True,
-          maximize=False)),
-    ("sgd_momentum_dampening", torch.optim.SGD,
-     dict(lr=0.1, momentum=0.8, dampening=0.3, weight_decay=0.0, nesterov=False,
-          maximize=False)),
-    ("sgd_plain_maximize", torch.optim.SGD,
-     dict(lr=0.1, momentum=0.0, dampening=0.0, weight_decay=0.05, nesterov=False,
-          maximize=True)),
-    ("adagrad", torch.optim.Adagrad,
-     dict(lr=0.05, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10,
-          maximize=False)),
-    ("adagrad_decay_init_maximize", torch.optim.Adagrad,
-     dict(lr=0.1, lr_decay=0.05, weight_decay=0.01, initial_accumulator_value=0.1, eps=1e-6,
-          maximize=True)),
-    ("rmsprop", torch.optim.RMSprop,
-     dict(lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False,
-          maximize=False)),
-    ("rmsprop_centered_momentum", torch.optim.RMSprop,
-     dict(lr=0.005, alpha=0.9, eps=1e-6, weight_decay=0.01, momentum=0.9, centered=True,
-          maximize=False)),
-    ("rmsprop_momentum_maximize", torch.optim.RMSprop,
-     dict(lr=0.01, alpha=0.95, eps=1e-8, weight_decay=0.0, momentum=0.5, centered=False,
-          maximize=True)),
-    ("adamax", torch.optim.Adamax,
-     dict(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, maximize=False)),
-    ("adamax_wd_maximize", torch.optim.Adamax,
-     dict(lr=5e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01, maximize=True)),
-    ("nadam", torch.optim.NAdam,
-     dict(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3,
-          decoupled_weight_decay=False, maximize=False)),
-    ("nadam_wd", torch.optim.NAdam,
-     dict(lr=3e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01, momentum_decay=0.01,
-          decoupled_weight_decay=False, maximize=True)),
-    ("nadam_decoupled", torch.optim.NAdam,
-     dict(lr=2e-3, betas=(0.9, 0.995), eps=1e-8, weight_decay=0.1, momentum_decay=4e-3,
-          decoupled_weight_decay=True, maximize=False)),
+    (
+        "adam",
+        torch.optim.Adam,
+        dict(
+            lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False
+        ),
+    ),
+    (
+        "adam_wd_amsgrad",
+        torch.optim.Adam,
+        dict(lr=2e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01, amsgrad=True, maximize=False),
+    ),
+    (
+        "adamw",
+        torch.optim.AdamW,
+        dict(
+            lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, amsgrad=False, maximize=False
+        ),
+    ),
+    (
+        "adamw_amsgrad",
+        torch.optim.AdamW,
+        dict(
+            lr=3e-3, betas=(0.85, 0.995), eps=1e-8, weight_decay=0.1, amsgrad=True, maximize=False
+        ),
+    ),
+    (
+        "adam_maximize",
+        torch.optim.Adam,
+        dict(
+            lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.001, amsgrad=False, maximize=True
+        ),
+    ),
+    (
+        "sgd_nesterov",
+        torch.optim.SGD,
+        dict(
+            lr=0.05, momentum=0.9, dampening=0.0, weight_decay=1e-4, nesterov=True, maximize=False
+        ),
+    ),
+    (
+        "sgd_momentum_dampening",
+        torch.optim.SGD,
+        dict(lr=0.1, momentum=0.8, dampening=0.3, weight_decay=0.0, nesterov=False, maximize=False),
+    ),
+    (
+        "sgd_plain_maximize",
+        torch.optim.SGD,
+        dict(lr=0.1, momentum=0.0, dampening=0.0, weight_decay=0.05, nesterov=False, maximize=True),
+    ),
+    (
+        "adagrad",
+        torch.optim.Adagrad,
+        dict(
+            lr=0.05,
+            lr_decay=0.0,
+            weight_decay=0.0,
+            initial_accumulator_value=0.0,
+            eps=1e-10,
+            maximize=False,
+        ),
+    ),
+    (
+        "adagrad_decay_init_maximize",
+        torch.optim.Adagrad,
+        dict(
+            lr=0.1,
+            lr_decay=0.05,
+            weight_decay=0.01,
+            initial_accumulator_value=0.1,
+            eps=1e-6,
+            maximize=True,
+        ),
+    ),
+    (
+        "rmsprop",
+        torch.optim.RMSprop,
+        dict(
+            lr=0.01,
+            alpha=0.99,
+            eps=1e-8,
+            weight_decay=0.0,
+            momentum=0.0,
+            centered=False,
+            maximize=False,
+        ),
+    ),
+    (
+        "rmsprop_centered_momentum",
+        torch.optim.RMSprop,
+        dict(
+            lr=0.005,
+            alpha=0.9,
+            eps=1e-6,
+            weight_decay=0.01,
+            momentum=0.9,
+            centered=True,
+            maximize=False,
+        ),
+    ),
+    (
+        "rmsprop_momentum_maximize",
+        torch.optim.RMSprop,
+        dict(
+            lr=0.01,
+            alpha=0.95,
+            eps=1e-8,
+            weight_decay=0.0,
+            momentum=0.5,
+            centered=False,
+            maximize=True,
+        ),
+    ),
+    (
+        "adamax",
+        torch.optim.Adamax,
+        dict(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, maximize=False),
+    ),
+    (
+        "adamax_wd_maximize",
+        torch.optim.Adamax,
+        dict(lr=5e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01, maximize=True),
+    ),
+    (
+        "nadam",
+        torch.optim.NAdam,
+        dict(
+            lr=2e-3,
+            betas=(0.9, 0.999),
+            eps=1e-8,
+            weight_decay=0.0,
+            momentum_decay=4e-3,
+            decoupled_weight_decay=False,
+            maximize=False,
+        ),
+    ),
+    (
+        "nadam_wd",
+        torch.optim.NAdam,
+        dict(
+            lr=3e-3,
+            betas=(0.8, 0.99),
+            eps=1e-6,
+            weight_decay=0.01,
+            momentum_decay=0.01,
+            decoupled_weight_decay=False,
+            maximize=True,
+        ),
+    ),
+    (
+        "nadam_decoupled",
+        torch.optim.NAdam,
+        dict(
+            lr=2e-3,
+            betas=(0.9, 0.995),
+            eps=1e-8,
+            weight_decay=0.1,
+            momentum_decay=4e-3,
+            decoupled_weight_decay=True,
+            maximize=False,
+        ),
+    ),
     # beta2 = 0.9 crosses rho_t > 5 at step 3, beta2 = 0.999 at step 6: both branches recorded.
-    ("radam", torch.optim.RAdam,
-     dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-          decoupled_weight_decay=False, maximize=False)),
-    ("radam_wd_maximize", torch.optim.RAdam,
-     dict(lr=5e-3, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.01,
-          decoupled_weight_decay=False, maximize=True)),
-    ("radam_decoupled", torch.optim.RAdam,
-     dict(lr=2e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1,
-          decoupled_weight_decay=True, maximize=False)),
-    ("adadelta", torch.optim.Adadelta,
-     dict(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, maximize=False)),
-    ("adadelta_wd_maximize", torch.optim.Adadelta,
-     dict(lr=0.5, rho=0.95, eps=1e-5, weight_decay=0.01, maximize=True)),
+    (
+        "radam",
+        torch.optim.RAdam,
+        dict(
+            lr=1e-3,
+            betas=(0.9, 0.999),
+            eps=1e-8,
+            weight_decay=0.0,
+            decoupled_weight_decay=False,
+            maximize=False,
+        ),
+    ),
+    (
+        "radam_wd_maximize",
+        torch.optim.RAdam,
+        dict(
+            lr=5e-3,
+            betas=(0.8, 0.9),
+            eps=1e-6,
+            weight_decay=0.01,
+            decoupled_weight_decay=False,
+            maximize=True,
+        ),
+    ),
+    (
+        "radam_decoupled",
+        torch.optim.RAdam,
+        dict(
+            lr=2e-3,
+            betas=(0.9, 0.99),
+            eps=1e-8,
+            weight_decay=0.1,
+            decoupled_weight_decay=True,
+            maximize=False,
+        ),
+    ),
+    (
+        "adadelta",
+        torch.optim.Adadelta,
+        dict(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, maximize=False),
+    ),
+    (
+        "adadelta_wd_maximize",
+        torch.optim.Adadelta,
+        dict(lr=0.5, rho=0.95, eps=1e-5, weight_decay=0.01, maximize=True),
+    ),
     # Default t0 = 1e6: ax is a copy of the param. eta follows the lr of the step before.
-    ("asgd", torch.optim.ASGD,
-     dict(lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, maximize=False)),
+    (
+        "asgd",
+        torch.optim.ASGD,
+        dict(lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, maximize=False),
+    ),
     # t0 = 5: ax is a copy up to step 7, then a running average (mu = 1/2, 1/3, ...).
-    ("asgd_averaging_wd_maximize", torch.optim.ASGD,
-     dict(lr=5e-2, lambd=1e-2, alpha=0.6, t0=5.0, weight_decay=0.01, maximize=True)),
-    ("rprop", torch.optim.Rprop,
-     dict(lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50.0), maximize=False)),
+    (
+        "asgd_averaging_wd_maximize",
+        torch.optim.ASGD,
+        dict(lr=5e-2, lambd=1e-2, alpha=0.6, t0=5.0, weight_decay=0.01, maximize=True),
+    ),
+    (
+        "rprop",
+        torch.optim.Rprop,
+        dict(lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50.0), maximize=False),
+    ),
     # Step sizes reach both bounds within a few steps: 0.01 -> 0.02 -> 0.04 -> 0.05 (max), and
     # 0.01 -> 0.003 -> 0.001 (min).
-    ("rprop_clamped_maximize", torch.optim.Rprop,
-     dict(lr=1e-2, etas=(0.3, 2.0), step_sizes=(1e-3, 0.05), maximize=True)),
+    (
+        "rprop_clamped_maximize",
+        torch.optim.Rprop,
+        dict(lr=1e-2, etas=(0.3, 2.0), step_sizes=(1e-3, 0.05), maximize=True),
+    ),
 ]
 
-STATE_KEYS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg",
-              "grad_avg", "exp_inf", "acc_delta", "ax", "prev", "step_size")
+STATE_KEYS = (
+    "exp_avg",
+    "exp_avg_sq",
+    "max_exp_avg_sq",
+    "momentum_buffer",
+    "sum",
+    "square_avg",
+    "grad_avg",
+    "exp_inf",
+    "acc_delta",
+    "ax",
+    "prev",
+    "step_size",
+)
 
 
 def lr_schedule(lr0):
@@ -194,6 +361,7 @@ def run_case(cls, kw):
 
 # ---- JSON output with exact float32 text -----------------------------------
 
+
 def f32s(v):
     s = "%.9g" % float(np.float32(v))
     assert np.float32(float(s)) == np.float32(v), (v, s)
@@ -228,8 +396,7 @@ def write_case(case, cls, kw, lrs, traj, state):
     lines.append(",\n".join("    " + f32list(x) for x in traj))
     lines.append("  ],")
     lines.append('  "state": {')
-    lines.append(",\n".join("    %s: %s" % (json.dumps(k), f32list(v))
-                            for k, v in state.items()))
+    lines.append(",\n".join("    %s: %s" % (json.dumps(k), f32list(v)) for k, v in state.items()))
     lines.append("  }")
     lines.append("}")
     text = "\n".join(lines) + "\n"
@@ -241,6 +408,7 @@ def write_case(case, cls, kw, lrs, traj, state):
 
 
 # ---- optional self-check: AdamW in float64 from the documented algorithm ----
+
 
 def numpy_adamw64(kw):
     b1, b2 = kw["betas"]
@@ -254,8 +422,8 @@ def numpy_adamw64(kw):
         p = p * (1.0 - lr * wd)
         m = b1 * m + (1.0 - b1) * g
         v = b2 * v + (1.0 - b2) * g * g
-        mhat = m / (1.0 - b1 ** t)
-        vhat = v / (1.0 - b2 ** t)
+        mhat = m / (1.0 - b1**t)
+        vhat = v / (1.0 - b2**t)
         p = p - lr * mhat / (np.sqrt(vhat) + eps)
         out.append(p.copy())
     return out, m, v
@@ -271,13 +439,21 @@ def numpy_adamw64(kw):
 #       tensors of 5 and 300 elements, grads gen(200 + t, i) * 0.5 for tensor t;
 #       "total_norm" (float32, as returned) and "grads" after clipping.
 STEP_SCALER_CASES = [
-    ("pow2", dict(init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3),
-     [0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0]),
-    ("odd_factors", dict(init_scale=1000.0, growth_factor=1.7, backoff_factor=0.3, growth_interval=2),
-     [0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0]),
-    ("overflowing_growth", dict(init_scale=2.0 ** 126, growth_factor=2.0, backoff_factor=0.5,
-                                growth_interval=1),
-     [0, 0, 0, 1, 0]),
+    (
+        "pow2",
+        dict(init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3),
+        [0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0],
+    ),
+    (
+        "odd_factors",
+        dict(init_scale=1000.0, growth_factor=1.7, backoff_factor=0.3, growth_interval=2),
+        [0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0],
+    ),
+    (
+        "overflowing_growth",
+        dict(init_scale=2.0**126, growth_factor=2.0, backoff_factor=0.5, growth_interval=1),
+        [0, 0, 0, 1, 0],
+    ),
 ]
 STEP_CLIP_SIZES = [5, 300]
 
@@ -306,9 +482,11 @@ def step_features_golden():
         nt = float("inf") if norm_type == "inf" else norm_type
         total = torch.nn.utils.clip_grad_norm_(ps, max_norm=0.7, norm_type=nt)
         out["clip"][str(norm_type)] = {
-            "max_norm": 0.7, "sizes": STEP_CLIP_SIZES,
+            "max_norm": 0.7,
+            "sizes": STEP_CLIP_SIZES,
             "total_norm": f32s(total.item()),
-            "grads": [[f32s(x) for x in p.grad.numpy()] for p in ps]}
+            "grads": [[f32s(x) for x in p.grad.numpy()] for p in ps],
+        }
     text = json.dumps(out, indent=1)
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_features.json")
     with open(path, "w") as f:
@@ -338,19 +516,24 @@ def main(argv):
         path = write_case(case, cls, kw, lrs, traj, state)
         p0 = np.array(p0_values(), dtype=np.float32)
         moved = float(np.max(np.abs(traj[-1] - p0)))
-        print("%-24s -> %s  (max |p20-p0| = %.3g, state: %s)"
-              % (case, os.path.relpath(path), moved, ",".join(state)))
+        print(
+            "%-24s -> %s  (max |p20-p0| = %.3g, state: %s)"
+            % (case, os.path.relpath(path), moved, ",".join(state))
+        )
     if "--check" in argv and "adamw" in results:
         kw, traj, state = results["adamw"]
         ref, m, v = numpy_adamw64(kw)
         rel = 0.0
         for a, b in zip(traj, ref):
-            rel = max(rel, float(np.max(np.abs(a.astype(np.float64) - b)
-                                        / np.maximum(np.abs(b), 1e-30))))
+            rel = max(
+                rel, float(np.max(np.abs(a.astype(np.float64) - b) / np.maximum(np.abs(b), 1e-30)))
+            )
         relm = float(np.max(np.abs(state["exp_avg"] - m) / np.maximum(np.abs(m), 1e-30)))
         relv = float(np.max(np.abs(state["exp_avg_sq"] - v) / np.maximum(np.abs(v), 1e-30)))
-        print("self-check adamw vs numpy float64: max rel diff params=%.3g "
-              "exp_avg=%.3g exp_avg_sq=%.3g" % (rel, relm, relv))
+        print(
+            "self-check adamw vs numpy float64: max rel diff params=%.3g "
+            "exp_avg=%.3g exp_avg_sq=%.3g" % (rel, relm, relv)
+        )
 
 
 if __name__ == "__main__":

@@ -4,11 +4,13 @@
 An embedding-like float32 parameter of ROWS x COLS, p0[r][c] = gen(7, r * COLS + c), trained for
 STEPS steps with row-sparse gradients: at step t the rows ROWS_AT[t-1] (in that order: unsorted,
 with consecutive runs, never a duplicate) get values[j][c] = gen(300 + t, j * COLS + c) * 0.125.
-Writes tests/golden/sparse/sparseadam.json (not in data/: test_optim_golden owns that folder): the rows per step, the param after every step, the final
-exp_avg / exp_avg_sq (rows never touched stay exactly p0 and 0).
+Writes tests/golden/sparse/sparseadam.json (not in data/: test_optim_golden owns that folder): the
+rows per step, the param after every step, the final exp_avg / exp_avg_sq (rows never touched stay
+exactly p0 and 0).
 
 Run: /tmp/torchvenv/bin/python tests/golden/make_sparse_golden.py (gen() as in make_golden.py).
 """
+
 import json
 import os
 
@@ -28,14 +30,19 @@ def gen(seed, i):
 
 
 def main():
-    p = torch.tensor([[gen(7, r * COLS + c) for c in range(COLS)] for r in range(ROWS)],
-                     dtype=torch.float32, requires_grad=True)
+    p = torch.tensor(
+        [[gen(7, r * COLS + c) for c in range(COLS)] for r in range(ROWS)],
+        dtype=torch.float32,
+        requires_grad=True,
+    )
     opt = torch.optim.SparseAdam([p], **HYPER)
     params = []
     for t in range(1, STEPS + 1):
         rows = ROWS_AT[t - 1]
-        vals = torch.tensor([[gen(300 + t, j * COLS + c) * 0.125 for c in range(COLS)]
-                             for j in range(len(rows))], dtype=torch.float32).reshape(len(rows), COLS)
+        vals = torch.tensor(
+            [[gen(300 + t, j * COLS + c) * 0.125 for c in range(COLS)] for j in range(len(rows))],
+            dtype=torch.float32,
+        ).reshape(len(rows), COLS)
         idx = torch.tensor([rows], dtype=torch.int64).reshape(1, len(rows))
         p.grad = torch.sparse_coo_tensor(idx, vals, (ROWS, COLS))
         opt.step()
@@ -43,9 +50,13 @@ def main():
     st = opt.state[p]
     out = {
         "torch_version": torch.__version__,
-        "rows": ROWS, "cols": COLS, "steps": STEPS, "rows_at": ROWS_AT,
+        "rows": ROWS,
+        "cols": COLS,
+        "steps": STEPS,
+        "rows_at": ROWS_AT,
         "hyper": {"lr": HYPER["lr"], "betas": list(HYPER["betas"]), "eps": HYPER["eps"]},
-        "p0_rule": "gen(7, r * cols + c)", "values_rule": "gen(300 + t, j * cols + c) * 0.125",
+        "p0_rule": "gen(7, r * cols + c)",
+        "values_rule": "gen(300 + t, j * cols + c) * 0.125",
         "params": params,
         "exp_avg": ["%.9g" % v for v in st["exp_avg"].reshape(-1).tolist()],
         "exp_avg_sq": ["%.9g" % v for v in st["exp_avg_sq"].reshape(-1).tolist()],

@@ -2,6 +2,7 @@
 
 Every numeric test compares against torch.optim itself, the reference users check us against.
 """
+
 import os
 
 import pytest

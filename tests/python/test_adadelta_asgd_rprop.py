@@ -3,6 +3,7 @@ and validation tests: torch's foreach implementation (its fastest on these), Rpr
 (its decisions are exact and each of its float32 ops rounds once, in torch and here, also on
 NaN, infinite and zero gradients), ASGD's 0-d state (eta, mu, step) value for value, and the
 flags torch's classes take."""
+
 import pytest
 import torch
 
@@ -20,9 +21,11 @@ def same_bits(a, b):
     return a.shape == b.shape and torch.equal(bits(a), bits(b))
 
 
-FOREACH = [("Adadelta", dict(weight_decay=1e-2)),
-           ("ASGD", dict(lr=1e-2, t0=10.0, weight_decay=1e-2)),
-           ("Rprop", dict(lr=1e-3, maximize=True))]
+FOREACH = [
+    ("Adadelta", dict(weight_decay=1e-2)),
+    ("ASGD", dict(lr=1e-2, t0=10.0, weight_decay=1e-2)),
+    ("Rprop", dict(lr=1e-3, maximize=True)),
+]
 
 
 @pytest.mark.parametrize("name,kw", FOREACH, ids=[n for n, _ in FOREACH])
@@ -37,8 +40,11 @@ def test_matches_torch_foreach(name, kw):
     assert max_abs(ours, p32) > 1e-3
 
 
-RPROP = [dict(), dict(lr=1e-3, maximize=True),
-         dict(lr=1e-2, etas=(0.3, 2.0), step_sizes=(1e-3, 5e-2))]
+RPROP = [
+    dict(),
+    dict(lr=1e-3, maximize=True),
+    dict(lr=1e-2, etas=(0.3, 2.0), step_sizes=(1e-3, 5e-2)),
+]
 
 
 @pytest.mark.parametrize("foreach", [False, True])
@@ -60,7 +66,18 @@ def test_rprop_is_torchs_bits(kw, foreach):
 def test_rprop_special_gradients_are_torchs_bits():
     """torch's sign() is 0 for NaN and -0: a NaN gradient leaves the param and its step size,
     and is kept as prev (the next product is NaN: factor 1); inf * 0 is NaN too."""
-    specials = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.0, -1.0, 3e-3, -2e-38, 1e-40]
+    specials = [
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        3e-3,
+        -2e-38,
+        1e-40,
+    ]
     n = len(specials)
     ref = torch.linspace(-1, 1, n * n).requires_grad_()
     ours = ref.detach().clone().requires_grad_()
@@ -89,7 +106,7 @@ def test_asgd_state_is_torchs_value_for_value():
     runs = []
     for opt, ps in ((a, ref), (b, ours)):
         opt.param_groups[0]["lr"] = 0.03
-        runs.append((opt, ps, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.9 ** s)))
+        runs.append((opt, ps, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.9**s)))
     for step in range(30):
         for opt, ps, sched in runs:
             for k, p in enumerate(ps):
@@ -151,4 +168,4 @@ def test_bf16_params_with_an_f32_master_follow_the_f32_run(name):
     masters = [opt.state[p]["master"] for g in opt.param_groups for p in g["params"]]
     assert max_abs(masters, ref) < 1e-2  # the grads differ by bf16 rounding (grad_for)
     assert all(o.dtype == torch.bfloat16 for o in ours)
-    assert max_abs(ours, masters) <= max(m.abs().max().item() for m in masters) * 2 ** -8
+    assert max_abs(ours, masters) <= max(m.abs().max().item() for m in masters) * 2**-8

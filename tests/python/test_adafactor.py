@@ -15,6 +15,7 @@ depend on the params, so a difference propagates, and after 100 steps it stays a
 float32 ulps of O(1) params (measured 3.6e-7 to 4.3e-6, 5-55x below the bound, on an AVX2
 CPU with torch 2.15; printed with -s).
 """
+
 import copy
 import math
 
@@ -22,7 +23,7 @@ import pytest
 import torch
 
 import optfuse.torch as oft
-from conftest import grad_for, make_params, max_abs, run
+from conftest import grad_for, make_params, max_abs
 
 STEPS = 100
 SHAPES = [(37, 19), (3, 5, 7), (2, 3, 4, 5), (1000,), (129, 65), (1,), (40, 1), (1, 50)]
@@ -41,8 +42,10 @@ def ids(kw):
 
 def scaled_grads(factor_at):
     """grad_for, multiplied by factor_at(step): a jump makes the update's RMS exceed d."""
+
     def make(p, step, k):
         return grad_for(p, step, k) * factor_at(step)
+
     return make
 
 
@@ -92,8 +95,10 @@ def test_hundred_steps_match_torch(kw):
     ours, opt = run_with(lambda ps: oft.Adafactor(ps, **kw), p32, STEPS, grads)
     err_torch = max_abs(ref, ref64)
     err_ours = max_abs(ours, ref64)
-    print(f"\n{ids(kw)}: torch {err_torch:.2e}, optfuse {err_ours:.2e} from float64; "
-          f"optfuse - torch {max_abs(ours, ref):.2e}, - torch foreach {max_abs(ours, fast):.2e}")
+    print(
+        f"\n{ids(kw)}: torch {err_torch:.2e}, optfuse {err_ours:.2e} from float64; "
+        f"optfuse - torch {max_abs(ours, ref):.2e}, - torch foreach {max_abs(ours, fast):.2e}"
+    )
     assert err_ours <= 1.25 * err_torch + 1e-7
     assert max_abs(ours, ref) < 2e-5
     assert max_abs(ours, fast) < 2e-5
@@ -137,8 +142,11 @@ def test_checkpoints_move_both_ways(direction):
     of 20 steps in torch; and the same checkpoint resumed in the same library is bit-identical."""
     kw = dict(lr=0.1, weight_decay=0.01)
     p32 = make_params(SHAPES)
-    first, second = (torch.optim.Adafactor, oft.Adafactor) if direction == "torch_to_optfuse" \
+    first, second = (
+        (torch.optim.Adafactor, oft.Adafactor)
+        if direction == "torch_to_optfuse"
         else (oft.Adafactor, torch.optim.Adafactor)
+    )
     ps, opt = run_with(lambda ps: first(ps, **kw), p32, 10)
     sd = copy.deepcopy(opt.state_dict())  # (load_state_dict keeps tensors it needs not convert)
     qs = [p.detach().clone().requires_grad_(True) for p in ps]
@@ -183,12 +191,14 @@ def test_a_checkpoint_with_a_wrong_shape_is_refused():
         opt2.step()
 
 
-BAD = [(dict(lr=-1.0), "Learning rate should be >= 0 but is: -1.0"),
-       (dict(beta2_decay=0.5), "beta2_decay should be <= 0 but is: 0.5"),
-       (dict(eps=(-1.0, 1e-3)), "epsilon1 should be >= 0 but is: -1.0"),
-       (dict(eps=(None, -1.0)), "epsilon2 should be >= 0 but is: -1.0"),
-       (dict(d=0.5), "Clipping threshold d should be >= 1 but is: 0.5"),
-       (dict(weight_decay=-0.1), "weight_decay should be >= 0 but is: -0.1")]
+BAD = [
+    (dict(lr=-1.0), "Learning rate should be >= 0 but is: -1.0"),
+    (dict(beta2_decay=0.5), "beta2_decay should be <= 0 but is: 0.5"),
+    (dict(eps=(-1.0, 1e-3)), "epsilon1 should be >= 0 but is: -1.0"),
+    (dict(eps=(None, -1.0)), "epsilon2 should be >= 0 but is: -1.0"),
+    (dict(d=0.5), "Clipping threshold d should be >= 1 but is: 0.5"),
+    (dict(weight_decay=-0.1), "weight_decay should be >= 0 but is: -0.1"),
+]
 
 
 @pytest.mark.parametrize("kw,message", BAD, ids=[m.split(" ")[0] for _, m in BAD])

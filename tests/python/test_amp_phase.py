@@ -24,6 +24,7 @@ What must match, and the tolerances:
   normalized update turns into far less than the rounding of the update itself (measured:
   1.9e-6 after 30 steps).
 """
+
 import math
 
 import pytest
@@ -38,9 +39,14 @@ MAX_NORM = 1.0
 AMPLITUDES = (0.004, 0.0075, 0.015)
 # step -> [(tensor, flat index, value)] written into the scaled gradients: lone and consecutive
 # skips, inf and nan, in a one-element tensor, and both kinds at once.
-NONFINITE = {4: [(0, 7, math.inf)], 9: [(2, 0, math.nan)], 10: [(5, 20199, -math.inf)],
-             17: [(3, 0, math.inf)], 25: [(1, 999, math.nan), (4, 3, math.inf)]}
-SCALER = dict(init_scale=2.0 ** 10, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)
+NONFINITE = {
+    4: [(0, 7, math.inf)],
+    9: [(2, 0, math.nan)],
+    10: [(5, 20199, -math.inf)],
+    17: [(3, 0, math.inf)],
+    25: [(1, 999, math.nan), (4, 3, math.inf)],
+}
+SCALER = dict(init_scale=2.0**10, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)
 HP = dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
 
 
@@ -130,12 +136,13 @@ def test_amp_phase_on_a_model_with_an_overflowing_loss():
     model_b.load_state_dict(model_a.state_dict())
     a = torch.optim.AdamW(model_a.parameters(), **HP, fused=True)
     scaler = torch.amp.GradScaler("cpu", **SCALER)
-    b = oft.AdamW(model_b.parameters(), **HP, max_grad_norm=MAX_NORM, loss_scale="dynamic",
-                  **SCALER)
+    b = oft.AdamW(
+        model_b.parameters(), **HP, max_grad_norm=MAX_NORM, loss_scale="dynamic", **SCALER
+    )
     x, y = torch.randn(64, 16), torch.randn(64, 4)
     outcomes = []
     for step in range(30):
-        blow_up = 1e36 if step in (6, 7) else 1.0   # times >= 2^10: beyond float32
+        blow_up = 1e36 if step in (6, 7) else 1.0  # times >= 2^10: beyond float32
         a.zero_grad()
         loss = torch.nn.functional.mse_loss(model_a(x), y) * blow_up
         scaler.scale(loss).backward()

@@ -18,17 +18,32 @@ may each round differently, by at most an ulp, so a param drifts from torch's by
 for N = 100 and |p| <= 1). Measured, in units of eps32 * max(|p|, 1) after 100 steps: Lion 85,
 Adan 44, AdamW 41, the others below 5. A wrong formula is off by about lr per step.
 """
+
 import math
 
 import pytest
 import torch
 
 import optfuse.torch as oft
-from capture_rules import (ADAM_DEFAULTS, ADAN_DEFAULTS, LION_DEFAULTS, SGD_DEFAULTS,
-                           adam_functional, adam_inplace, adamw_functional, adamw_inplace,
-                           adan_functional, adan_inplace, lion_functional, lion_inplace,
-                           sgd_gc_functional, sgd_gc_inplace, sgd_host_scalars,
-                           sgd_nesterov_functional, sgd_nesterov_inplace)
+from capture_rules import (
+    ADAM_DEFAULTS,
+    ADAN_DEFAULTS,
+    LION_DEFAULTS,
+    SGD_DEFAULTS,
+    adam_functional,
+    adam_inplace,
+    adamw_functional,
+    adamw_inplace,
+    adan_functional,
+    adan_inplace,
+    lion_functional,
+    lion_inplace,
+    sgd_gc_functional,
+    sgd_gc_inplace,
+    sgd_host_scalars,
+    sgd_nesterov_functional,
+    sgd_nesterov_inplace,
+)
 from conftest import grad_for, make_params
 
 STEPS = 100
@@ -57,8 +72,7 @@ def eager(fn, params, defaults, steps, host_scalars=None):
             if isinstance(v, (tuple, list)):
                 kw[k] = tuple(torch.tensor(x, dtype=torch.float64) for x in v)
             else:
-                kw[k] = torch.tensor(v, dtype=torch.bool if isinstance(v, bool) else
-                                     torch.float64)
+                kw[k] = torch.tensor(v, dtype=torch.bool if isinstance(v, bool) else torch.float64)
         for i, p in enumerate(ps):
             g = grad_for(p, step - 1, i)
             args = {rule.param: p, rule.grad: g, **states[i]}
@@ -95,8 +109,10 @@ def library(make, params, steps):
 def close(got, want, steps=STEPS) -> bool:
     """Within ULPS_PER_STEP * steps * eps32 * max(|want|, 1) element-wise (module doc)."""
     eps = torch.finfo(torch.float32).eps
-    return all(((x - y).abs() <= ULPS_PER_STEP * steps * eps * y.abs().clamp(min=1)).all()
-               for x, y in zip(got, want))
+    return all(
+        ((x - y).abs() <= ULPS_PER_STEP * steps * eps * y.abs().clamp(min=1)).all()
+        for x, y in zip(got, want)
+    )
 
 
 def max_abs(a, b) -> float:
@@ -105,23 +121,50 @@ def max_abs(a, b) -> float:
 
 CASES = {
     # name: (in-place, functional, defaults, host_scalars, shapes, the library optimizer or None)
-    "adamw": (adamw_inplace, adamw_functional, ADAM_DEFAULTS, None, SHAPES,
-              lambda ps: oft.AdamW(ps, lr=1e-3, weight_decay=1e-2)),
-    "adam": (adam_inplace, adam_functional, ADAM_DEFAULTS, None, SHAPES,
-             lambda ps: oft.Adam(ps, lr=1e-3, weight_decay=1e-2)),
-    "sgd_nesterov": (sgd_nesterov_inplace, sgd_nesterov_functional, SGD_DEFAULTS,
-                     sgd_host_scalars, SHAPES,
-                     lambda ps: oft.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True,
-                                        weight_decay=1e-4)),
-    "lion": (lion_inplace, lion_functional, LION_DEFAULTS, None, SHAPES,
-             lambda ps: oft.Lion(ps, lr=1e-4, weight_decay=0.1)),
+    "adamw": (
+        adamw_inplace,
+        adamw_functional,
+        ADAM_DEFAULTS,
+        None,
+        SHAPES,
+        lambda ps: oft.AdamW(ps, lr=1e-3, weight_decay=1e-2),
+    ),
+    "adam": (
+        adam_inplace,
+        adam_functional,
+        ADAM_DEFAULTS,
+        None,
+        SHAPES,
+        lambda ps: oft.Adam(ps, lr=1e-3, weight_decay=1e-2),
+    ),
+    "sgd_nesterov": (
+        sgd_nesterov_inplace,
+        sgd_nesterov_functional,
+        SGD_DEFAULTS,
+        sgd_host_scalars,
+        SHAPES,
+        lambda ps: oft.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True, weight_decay=1e-4),
+    ),
+    "lion": (
+        lion_inplace,
+        lion_functional,
+        LION_DEFAULTS,
+        None,
+        SHAPES,
+        lambda ps: oft.Lion(ps, lr=1e-4, weight_decay=0.1),
+    ),
     # Adan: optfuse has no library Adan, so only the two spellings are compared.
     "adan": (adan_inplace, adan_functional, ADAN_DEFAULTS, None, SHAPES, None),
     # A row reduction: gradient centralization, the library's SGD(grad_centralization=True),
     # which centralizes only tensors of >= 2 dims; compared on 2-D weights.
-    "sgd_gc": (sgd_gc_inplace, sgd_gc_functional, SGD_DEFAULTS, sgd_host_scalars, SHAPES_2D,
-               lambda ps: oft.SGD(ps, lr=1e-2, momentum=0.9, weight_decay=1e-4,
-                                  grad_centralization=True)),
+    "sgd_gc": (
+        sgd_gc_inplace,
+        sgd_gc_functional,
+        SGD_DEFAULTS,
+        sgd_host_scalars,
+        SHAPES_2D,
+        lambda ps: oft.SGD(ps, lr=1e-2, momentum=0.9, weight_decay=1e-4, grad_centralization=True),
+    ),
 }
 
 
@@ -157,13 +200,15 @@ def test_scalars_stay_runtime_values():
     rule = oft.rule(adamw_inplace)
     graph = rule.to_json(ADAM_DEFAULTS)["graph"]
     assert {"lr", "beta1", "beta2", "eps", "weight_decay", "step"} <= {
-        s if isinstance(s, str) else s["name"] for s in graph["scalars"]}
+        s if isinstance(s, str) else s["name"] for s in graph["scalars"]
+    }
     assert not [n for n in graph["nodes"] if "const" in n]  # no value was baked in
     params = make_params([(37, 19)])
     ps = [p.clone().requires_grad_() for p in params]
     opt = oft.from_rule(adamw_inplace, ps, ADAM_DEFAULTS)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
     from optfuse import engine
+
     for step in range(6):
         ps[0].grad = grad_for(ps[0], step, 0)
         opt.step()
@@ -176,9 +221,18 @@ def test_scalars_stay_runtime_values():
     for step in range(1, 7):
         lr = 1e-3 * 0.5 ** ((step - 1) // 2)
         t = lambda v: torch.tensor(v, dtype=torch.float64)
-        adamw_inplace(want, grad_for(want, step - 1, 0), st["exp_avg"], st["exp_avg_sq"],
-                      lr=t(lr), betas=(t(0.9), t(0.999)), eps=t(1e-8), weight_decay=t(1e-2),
-                      maximize=torch.tensor(False), step=t(step))
+        adamw_inplace(
+            want,
+            grad_for(want, step - 1, 0),
+            st["exp_avg"],
+            st["exp_avg_sq"],
+            lr=t(lr),
+            betas=(t(0.9), t(0.999)),
+            eps=t(1e-8),
+            weight_decay=t(1e-2),
+            maximize=torch.tensor(False),
+            step=t(step),
+        )
     assert close([ps[0].detach()], [want], 6)
 
 
@@ -187,8 +241,12 @@ def test_optimizer_behaves_like_the_builtins():
     names, state_dict round trip, state_init."""
     params = make_params([(37, 19), (1000,)])
     a = [p.clone().requires_grad_() for p in params]
-    opt = oft.from_rule(lion_inplace, [{"params": a[:1]}, {"params": a[1:], "lr": 1e-3}],
-                        LION_DEFAULTS, state_init={"exp_avg": 0.5})
+    opt = oft.from_rule(
+        lion_inplace,
+        [{"params": a[:1]}, {"params": a[1:], "lr": 1e-3}],
+        LION_DEFAULTS,
+        state_init={"exp_avg": 0.5},
+    )
     for step in range(3):
         for i, p in enumerate(a):
             p.grad = grad_for(p, step, i)
@@ -200,8 +258,14 @@ def test_optimizer_behaves_like_the_builtins():
     t = lambda v: torch.tensor(v, dtype=torch.float64)
     for step in range(3):
         for i, (p, lr) in enumerate(zip(want, (1e-4, 1e-3))):
-            lion_inplace(p, grad_for(p, step, i), st[i], lr=t(lr), betas=(t(0.9), t(0.99)),
-                         weight_decay=t(0.1))
+            lion_inplace(
+                p,
+                grad_for(p, step, i),
+                st[i],
+                lr=t(lr),
+                betas=(t(0.9), t(0.99)),
+                weight_decay=t(0.1),
+            )
     assert close([p.detach() for p in a], want, 3)
     # A checkpoint resumes bit for bit.
     b = [p.detach().clone().requires_grad_() for p in a]
@@ -214,6 +278,7 @@ def test_optimizer_behaves_like_the_builtins():
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     # copy.deepcopy keeps the rule (and steps as the original does).
     import copy
+
     c = copy.deepcopy((opt_b, b))
     for o, ps in ((opt_b, b), c):
         for i, p in enumerate(ps):
@@ -226,9 +291,18 @@ def test_explain_names_idioms_clusters_and_the_key(capsys):
     rule = oft.rule(adamw_inplace)
     a = rule.explain(ADAM_DEFAULTS)
     out = capsys.readouterr().out
-    for text in ("traced (aten ops)", "aten.lerp", "idioms:", "maximize", "lerp",
-                 "bias_correction", "step_size = lr/(1-pow(beta1,step))", "canonical graph",
-                 "clusters (1, 1 kernel(s))", "key " + a["kernel_keys"][0]):
+    for text in (
+        "traced (aten ops)",
+        "aten.lerp",
+        "idioms:",
+        "maximize",
+        "lerp",
+        "bias_correction",
+        "step_size = lr/(1-pow(beta1,step))",
+        "canonical graph",
+        "clusters (1, 1 kernel(s))",
+        "key " + a["kernel_keys"][0],
+    ):
         assert text in out, text
     params = make_params([(37, 19)])
     _, opt = captured(adamw_inplace, params, ADAM_DEFAULTS, 1)
@@ -241,8 +315,9 @@ def test_explain_takes_the_host_scalars_from_rule_does(capsys):
         rule.explain(SGD_DEFAULTS)  # buf_decay and grad_coef come from host_scalars
     a = rule.explain(SGD_DEFAULTS, host_scalars=sgd_host_scalars)
     assert "buf_decay" in capsys.readouterr().out
-    _, opt = captured(sgd_nesterov_inplace, make_params([(37, 19)]), SGD_DEFAULTS, 1,
-                      sgd_host_scalars)
+    _, opt = captured(
+        sgd_nesterov_inplace, make_params([(37, 19)]), SGD_DEFAULTS, 1, sgd_host_scalars
+    )
     assert set(a["kernel_keys"]) == keys(opt)
 
 
@@ -250,6 +325,7 @@ def test_annotations_choose_the_roles():
     @oft.rule
     def sgd(g: oft.Grad, p: oft.Param, *, lr):
         p.sub_(lr * g)
+
     assert sgd.tensors == [("g", "grad"), ("p", "param")]
     params = make_params([(10, 3)])
     got, _ = captured(sgd, params, {"lr": 0.1}, 3)
@@ -262,9 +338,11 @@ def test_annotations_choose_the_roles():
 def test_whole_tensor_reductions():
     """A normalized-gradient step (g / |g|, mean and max over the tensor): one kernel with the
     reductions as its prologue."""
+
     def normalized(p, grad, *, lr, eps):
         scale = grad.norm() + eps + grad.abs().amax() * 0 + grad.mean() * 0
         p.sub_(lr * grad / scale)
+
     params = make_params([(37, 19), (1000,)])
     got, opt = captured(normalized, params, {"lr": 0.1, "eps": 1e-8}, 10)
     assert len(keys(opt)) == 1
@@ -277,6 +355,7 @@ def test_the_other_accepted_ops_match_eager():
     p.data (older optimizer code) in one rule, against the same function run eagerly. Tolerance
     1e-5 relative over 5 steps: exp and log are not correctly rounded in either library (a few
     ulp each), on values of magnitude ~1."""
+
     def kitchen(p, grad, buf, *, lr, eps):
         buf.copy_(torch.maximum(buf * 0.9, grad.abs()))
         u = grad / (buf + eps)
@@ -285,6 +364,7 @@ def test_the_other_accepted_ops_match_eager():
         pos = (grad > 0).float()
         step = u * s.pow(0.5) * torch.sign(grad) + torch.minimum(p, p.pow(2)) * pos
         p.data.add_(step.to(torch.float64).float(), alpha=-lr)
+
     params = make_params([(37, 19), (1000,)])
     d = {"lr": 0.01, "eps": 1e-8}
     got, opt = captured(kitchen, params, d, 5)
@@ -298,14 +378,16 @@ def test_the_other_accepted_ops_match_eager():
 # ---- errors ------------------------------------------------------------------------------------
 def _error(fn, defaults=None, params=None) -> str:
     with pytest.raises(oft.CaptureError) as e:
-        oft.from_rule(fn, params or [torch.zeros(4, 4, requires_grad=True)],
-                      defaults or {"lr": 0.1})
+        oft.from_rule(
+            fn, params or [torch.zeros(4, 4, requires_grad=True)], defaults or {"lr": 0.1}
+        )
     return str(e.value)
 
 
 def test_an_unsupported_op_names_itself_its_line_and_what_is_accepted():
     def sigmoid_step(p, grad, *, lr):
         p.sub_(lr * torch.sigmoid(grad))
+
     msg = _error(sigmoid_step)
     assert "optfuse cannot capture sigmoid" in msg
     assert "test_capture.py:" in msg and "p.sub_(lr * torch.sigmoid(grad))" in msg
@@ -313,16 +395,19 @@ def test_an_unsupported_op_names_itself_its_line_and_what_is_accepted():
 
     def noisy(p, grad, *, lr):
         p.sub_(lr * (grad + torch.randn_like(grad)))
+
     assert "cannot capture randn_like" in _error(noisy)
 
     def flat(p, grad, *, lr):
         p.sub_(lr * grad.view(-1).view(p.shape))
+
     assert "cannot capture view" in _error(flat)
 
 
 def test_a_scalar_made_a_python_number_is_an_error_at_its_line():
     def adam_math(p, grad, *, lr, step):
-        p.sub_(lr / math.sqrt(1 - 0.999 ** step) * grad)
+        p.sub_(lr / math.sqrt(1 - 0.999**step) * grad)
+
     msg = _error(adam_math)
     assert "math.sqrt(1 - 0.999 ** step)" in msg
     assert "write it with torch ops" in msg
@@ -330,6 +415,7 @@ def test_a_scalar_made_a_python_number_is_an_error_at_its_line():
     def branchy(p, grad, *, lr):
         if lr > 0:
             p.sub_(lr * grad)
+
     assert "if lr > 0:" in _error(branchy)
 
 
@@ -337,36 +423,47 @@ def test_other_capture_errors():
     def writes_grad(p, grad, *, lr):
         grad.mul_(lr)
         p.sub_(grad)
+
     assert "writes its gradient 'grad': the gradient is read-only" in _error(writes_grad)
 
     def columns(p, grad, *, lr):
         p.sub_(lr * (grad - grad.mean(dim=0, keepdim=True)))
+
     assert "reduction over dims [0]" in _error(columns)
 
     def no_keepdim(p, grad, *, lr):
         p.sub_(lr * grad.sum(dim=1).sum())
+
     assert "needs keepdim=True" in _error(no_keepdim)
 
     def unknown(p, grad, *, lr, beta):
         p.sub_(lr * beta * grad)
+
     assert "'beta' is neither an option in the defaults" in _error(unknown)
 
     scale = torch.tensor(0.5)
 
     def uses_a_global(p, grad, *, lr):
         p.sub_(lr * scale * grad)
+
     assert "neither an argument of the rule nor computed from them" in _error(uses_a_global)
 
     def made_here(p, grad, *, lr):  # a constant written in the rule is a constant
         p.sub_(lr * torch.tensor(0.5) * grad)
+
     oft.from_rule(made_here, [torch.zeros(2, requires_grad=True)], {"lr": 0.1})
 
     def nothing(p, grad, *, lr):
         return None
+
     assert "changes nothing" in _error(nothing)
 
     with pytest.raises(oft.CaptureError) as e:
-        oft.from_rule(sgd_gc_inplace, [torch.zeros(2, 3, 4, requires_grad=True)], SGD_DEFAULTS,
-                      host_scalars=sgd_host_scalars)
+        oft.from_rule(
+            sgd_gc_inplace,
+            [torch.zeros(2, 3, 4, requires_grad=True)],
+            SGD_DEFAULTS,
+            host_scalars=sgd_host_scalars,
+        )
     msg = str(e.value)
     assert "shape (2, 3, 4)" in msg and "reduces per row" in msg

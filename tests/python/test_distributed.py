@@ -8,6 +8,7 @@ state, and ZeRO broadcasts the updated shards. The result must equal one process
 torch.optim.AdamW on the averaged gradients, within the float32 bound of test_trajectories.py
 (the all_reduce sums in its own order: the gradients differ by rounding).
 """
+
 import os
 import tempfile
 
@@ -26,8 +27,7 @@ def rank_grads(p, step, k, world):
 
 
 def worker(rank, world, init_file, out_file):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     import optfuse.torch as oft
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -75,16 +75,14 @@ def test_zero_redundancy_optimizer_with_optfuse_adamw(world):
 
 
 def ddp_worker(rank, world, init_file, out_file):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     import optfuse.torch as oft
 
     torch.set_num_threads(1)
     results = {}
     for name, cls in (("ours", oft.AdamW), ("ref", torch.optim.AdamW)):
         torch.manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(),
-                                  torch.nn.Linear(16, 3))
+        net = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
         model = torch.nn.parallel.DistributedDataParallel(net)
         opt = cls(model.parameters(), lr=1e-2, weight_decay=0.1)
         for step in range(STEPS):
@@ -109,6 +107,10 @@ def test_ddp_with_optfuse_adamw_matches_torch():
     # The same averaged gradients on both sides: the float32 bound of test_trajectories.py.
     assert max_abs(got["ours"], got["ref"]) < 2e-5
     torch.manual_seed(0)
-    init = [p.detach() for p in torch.nn.Sequential(
-        torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).parameters()]
+    init = [
+        p.detach()
+        for p in torch.nn.Sequential(
+            torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)
+        ).parameters()
+    ]
     assert max_abs(got["ours"], init) > 1e-3

@@ -1,29 +1,55 @@
 """Bad input: torch's own validation messages, and clear errors naming the param at fault from a
 step that then changes nothing."""
+
 import pytest
 import torch
 
 import optfuse.torch as oft
 
 BAD = {
-    "SGD": [dict(lr=-1.0), dict(momentum=-0.1), dict(weight_decay=-1.0),
-            dict(nesterov=True, momentum=0.0)],
-    "Adam": [dict(lr=-1.0), dict(eps=-1.0), dict(betas=(1.0, 0.9)), dict(betas=(0.9, -0.1)),
-             dict(weight_decay=-1.0)],
+    "SGD": [
+        dict(lr=-1.0),
+        dict(momentum=-0.1),
+        dict(weight_decay=-1.0),
+        dict(nesterov=True, momentum=0.0),
+    ],
+    "Adam": [
+        dict(lr=-1.0),
+        dict(eps=-1.0),
+        dict(betas=(1.0, 0.9)),
+        dict(betas=(0.9, -0.1)),
+        dict(weight_decay=-1.0),
+    ],
     "AdamW": [dict(lr=-1.0), dict(betas=(0.9, 1.5)), dict(eps=-1e-8)],
-    "Adagrad": [dict(lr=-1.0), dict(lr_decay=-1.0), dict(initial_accumulator_value=-1.0),
-                dict(eps=-1.0), dict(weight_decay=-1.0)],
+    "Adagrad": [
+        dict(lr=-1.0),
+        dict(lr_decay=-1.0),
+        dict(initial_accumulator_value=-1.0),
+        dict(eps=-1.0),
+        dict(weight_decay=-1.0),
+    ],
     "RMSprop": [dict(lr=-1.0), dict(alpha=-0.1), dict(eps=-1.0), dict(momentum=-1.0)],
     "Adamax": [dict(lr=-1.0), dict(betas=(1.0, 0.9)), dict(eps=-1.0)],
     "NAdam": [dict(lr=-1.0), dict(momentum_decay=-1.0), dict(betas=(0.9, 1.0))],
     "RAdam": [dict(lr=-1.0), dict(weight_decay=-1.0), dict(betas=(-0.1, 0.9))],
     "SparseAdam": [dict(lr=-1.0), dict(eps=-1.0), dict(betas=(1.0, 0.9))],
-    "Adadelta": [dict(lr=-1.0), dict(rho=1.5), dict(rho=-0.1), dict(eps=-1.0),
-                 dict(weight_decay=-1.0)],
+    "Adadelta": [
+        dict(lr=-1.0),
+        dict(rho=1.5),
+        dict(rho=-0.1),
+        dict(eps=-1.0),
+        dict(weight_decay=-1.0),
+    ],
     "ASGD": [dict(lr=-1.0), dict(lambd=-1.0), dict(alpha=-1.0), dict(weight_decay=-1.0)],
     "Rprop": [dict(lr=-1.0), dict(etas=(0.0, 1.2)), dict(etas=(0.5, 1.0)), dict(etas=(1.5, 2.0))],
-    "Adafactor": [dict(lr=-1.0), dict(beta2_decay=0.1), dict(eps=(-1.0, 1e-3)),
-                  dict(eps=(None, -1.0)), dict(d=0.5), dict(weight_decay=-1.0)],
+    "Adafactor": [
+        dict(lr=-1.0),
+        dict(beta2_decay=0.1),
+        dict(eps=(-1.0, 1e-3)),
+        dict(eps=(None, -1.0)),
+        dict(d=0.5),
+        dict(weight_decay=-1.0),
+    ],
 }
 CASES = [(name, kw) for name, kws in BAD.items() for kw in kws]
 
@@ -38,13 +64,16 @@ def test_validation_messages_are_torchs(name, kw):
     assert str(ours.value) == str(theirs.value)
 
 
-@pytest.mark.parametrize("name,kw,message", [
-    ("Lion", dict(lr=-1.0), "Invalid learning rate: -1.0"),
-    ("Lion", dict(betas=(1.0, 0.9)), "Invalid beta parameter at index 0: 1.0"),
-    ("LAMB", dict(eps=-1.0), "Invalid epsilon value: -1.0"),
-    ("LAMB", dict(max_trust_ratio=-1.0), "Invalid max_trust_ratio value: -1.0"),
-    ("LARS", dict(trust_coefficient=-1.0), "Invalid trust_coefficient value: -1.0"),
-])
+@pytest.mark.parametrize(
+    "name,kw,message",
+    [
+        ("Lion", dict(lr=-1.0), "Invalid learning rate: -1.0"),
+        ("Lion", dict(betas=(1.0, 0.9)), "Invalid beta parameter at index 0: 1.0"),
+        ("LAMB", dict(eps=-1.0), "Invalid epsilon value: -1.0"),
+        ("LAMB", dict(max_trust_ratio=-1.0), "Invalid max_trust_ratio value: -1.0"),
+        ("LARS", dict(trust_coefficient=-1.0), "Invalid trust_coefficient value: -1.0"),
+    ],
+)
 def test_validation_of_the_optimizers_torch_lacks(name, kw, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
         getattr(oft, name)([torch.zeros(3, requires_grad=True)], **kw)
@@ -68,13 +97,15 @@ def stepped():
 
 def snapshot(ps, opt):
     return [p.detach().clone() for p in ps], {
-        id(p): {k: v.clone() for k, v in opt.state[p].items()} for p in ps}
+        id(p): {k: v.clone() for k, v in opt.state[p].items()} for p in ps
+    }
 
 
 def unchanged(ps, opt, snap):
     params, state = snap
     return all(torch.equal(a, b) for a, b in zip(ps, params)) and all(
-        torch.equal(v, opt.state[p][k]) for p in ps for k, v in state[id(p)].items())
+        torch.equal(v, opt.state[p][k]) for p in ps for k, v in state[id(p)].items()
+    )
 
 
 def test_a_param_whose_storage_moved_is_followed_as_torch_follows_it():

@@ -4,6 +4,7 @@ rounding is negligible). optfuse runs in float32: the bound is the float32 one o
 test_trajectories.py against a float64 truth (2e-5 over these step counts), except for Lion,
 whose sign() turns a rounding difference near 0 into a full lr step: there the bound is
 counted in such flips (at most 1% of elements may differ by up to 2 * lr * steps)."""
+
 import json
 from pathlib import Path
 
@@ -36,11 +37,14 @@ def lamb_ref(ps, grads, state, step, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weig
         p.sub_(lr * trust * u)
 
 
-def lars_ref(ps, grads, state, lr=0.1, momentum=0.9, weight_decay=0.0, trust_coefficient=1e-3,
-             eps=1e-8):
+def lars_ref(
+    ps, grads, state, lr=0.1, momentum=0.9, weight_decay=0.0, trust_coefficient=1e-3, eps=1e-8
+):
     for p, g in zip(ps, grads):
         pn, gn = p.norm(), g.norm()
-        local = trust_coefficient * pn / (gn + weight_decay * pn + eps) if pn > 0 and gn > 0 else 1.0
+        local = (
+            trust_coefficient * pn / (gn + weight_decay * pn + eps) if pn > 0 and gn > 0 else 1.0
+        )
         d = local * (g + weight_decay * p)
         if id(p) in state:
             d = state[id(p)].mul_(momentum).add_(d)
@@ -93,7 +97,10 @@ def test_sparse_adam_matches_torch_on_an_embedding():
     eb = torch.nn.Embedding(50, 8, sparse=True)
     eb.load_state_dict(ea.state_dict())
     initial = ea.weight.detach().clone()
-    a, b = torch.optim.SparseAdam(ea.parameters(), lr=1e-2), oft.SparseAdam(eb.parameters(), lr=1e-2)
+    a, b = (
+        torch.optim.SparseAdam(ea.parameters(), lr=1e-2),
+        oft.SparseAdam(eb.parameters(), lr=1e-2),
+    )
     for step in range(STEPS):
         idx = torch.randint(0, 40, (16,), generator=torch.Generator().manual_seed(step))
         for emb, opt in ((ea, a), (eb, b)):

@@ -1,5 +1,6 @@
 """torch.optim behaviour user code relies on, and optfuse's fused step features, each checked
 against torch doing the same thing (bounds as in test_trajectories.py unless stated)."""
+
 import pytest
 import torch
 
@@ -119,8 +120,8 @@ def test_grad_scaler_step_and_unscale_work_as_with_torch():
     model_b.load_state_dict(model_a.state_dict())
     a = torch.optim.AdamW(model_a.parameters(), lr=1e-2)
     b = oft.AdamW(model_b.parameters(), lr=1e-2)
-    sa = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
-    sb = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    sa = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    sb = torch.amp.GradScaler("cpu", init_scale=2.0**10)
     x = torch.randn(32, 16)
     for step in range(20):
         for model, opt, scaler in ((model_a, a, sa), (model_b, b, sb)):
@@ -131,7 +132,7 @@ def test_grad_scaler_step_and_unscale_work_as_with_torch():
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             scaler.step(opt)
             scaler.update()
-    assert sa.get_scale() == sb.get_scale() < 2.0 ** 10
+    assert sa.get_scale() == sb.get_scale() < 2.0**10
     assert max_abs(list(model_b.parameters()), list(model_a.parameters())) < 2e-5
 
 
@@ -172,7 +173,7 @@ def test_16bit_params_follow_an_f32_master_copy(dtype):
         b.step()
     assert max_abs([b.state[o]["master"] for o in ours], master) < 2e-5
     assert all(o.dtype == dtype for o in ours)
-    assert max_abs(ours, [m.detach().to(dtype) for m in master]) <= 2 ** -5
+    assert max_abs(ours, [m.detach().to(dtype) for m in master]) <= 2**-5
     # The param is the master rounded once (same master bits -> same 16-bit bits).
     assert all(torch.equal(o, b.state[o]["master"].to(dtype)) for o in ours)
 
@@ -188,4 +189,4 @@ def test_bf16_state():
     assert b.state[ours[0]]["exp_avg"].dtype == torch.bfloat16
     # bf16 moments (8 significant bits) change each update by up to 2^-9 relative: 30 steps
     # of lr 1e-2 stay within 30 * 1e-2 * 2 * 2^-8.
-    assert max_abs(ours, ref) < 30 * 1e-2 * 2 * 2 ** -8
+    assert max_abs(ours, ref) < 30 * 1e-2 * 2 * 2**-8

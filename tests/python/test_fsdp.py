@@ -7,6 +7,7 @@ FSDP2 model, data and schedule in the same processes: the gradients are the same
 values, so the two differ only by the kernels' rounding (max relative 1e-5 after 20 steps, the
 float32 bound of test_trajectories.py).
 """
+
 import os
 import tempfile
 
@@ -63,8 +64,9 @@ def schedule(opt, last_epoch=-1):
     if last_epoch >= 0:
         for g in opt.param_groups:
             g.setdefault("initial_lr", 1e-2)
-    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1.0 + 0.1 * s),
-                                             last_epoch=last_epoch)
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: 1.0 / (1.0 + 0.1 * s), last_epoch=last_epoch
+    )
 
 
 def full(model):
@@ -72,12 +74,13 @@ def full(model):
 
 
 def worker(rank, world, init_file, out_dir):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
 
     import optfuse.torch as oft
 

@@ -9,6 +9,7 @@ state, so a code that rounds the other way once does not carry over. Tolerances:
   * params within 1e-6 relative + 1e-9 (the same f32 step from the same decoded state; the
     decoded v itself is rounded a few times in f32 by each side).
 """
+
 import io
 
 import pytest
@@ -77,8 +78,9 @@ def test_each_step_matches_torch_from_the_held_state():
                 t.state[r] = {
                     "step": st["step"].clone(),
                     "exp_avg": decode(st["exp_avg"], st["exp_avg.absmax"], BLOCK, False).float(),
-                    "exp_avg_sq": decode(st["exp_avg_sq"], st["exp_avg_sq.absmax"], BLOCK,
-                                         True).float(),
+                    "exp_avg_sq": decode(
+                        st["exp_avg_sq"], st["exp_avg_sq.absmax"], BLOCK, True
+                    ).float(),
                 }
             t.step()
             refs.append(r)
@@ -92,8 +94,9 @@ def test_each_step_matches_torch_from_the_held_state():
             assert st["exp_avg.absmax"].shape == (blocks,)
             for name, sqrt_map in (("exp_avg", False), ("exp_avg_sq", True)):
                 scales = st[name + ".absmax"]
-                torch.testing.assert_close(scales.double(), block_max(ts[name], BLOCK),
-                                           rtol=2 ** -20, atol=0)
+                torch.testing.assert_close(
+                    scales.double(), block_max(ts[name], BLOCK), rtol=2**-20, atol=0
+                )
                 expect_codes(st[name], ts[name], scales, BLOCK, sqrt_map, f"{what} {name}")
             torch.testing.assert_close(p.detach(), r.detach(), rtol=1e-6, atol=1e-9)
     small = opt.state[ps[2]]

@@ -5,6 +5,7 @@ Tolerances: float32 runs end within 2e-5 of torch after their steps (test_trajec
 float32 bound for lr 1e-2); float64 runs within 1e-12 relative (both compute in double: a few ulp
 per op, test_optim_f64.cpp); a refused step must leave every param and state byte as it was.
 """
+
 import pytest
 import torch
 
@@ -59,15 +60,25 @@ def test_channels_last_conv_weights_match_torch():
 
 def test_a_transposed_param_is_updated_in_its_layout():
     # p.data = p.data.t() between steps (a square matrix: the state still fits), as torch does.
-    ours, ref = torch_twin([torch.randn(16, 16), torch.randn(5, 3)], adamw, torch_adamw, 4,
-                           mutate=lambda ps: setattr(ps[0], "data", ps[0].data.t()))
+    ours, ref = torch_twin(
+        [torch.randn(16, 16), torch.randn(5, 3)],
+        adamw,
+        torch_adamw,
+        4,
+        mutate=lambda ps: setattr(ps[0], "data", ps[0].data.t()),
+    )
     assert not ours[0].is_contiguous()
     assert max_abs(ours, ref) < F32_TOL
 
 
 def test_gradients_in_another_dim_order_match_torch():
-    ours, ref = torch_twin([torch.randn(6, 9), torch.randn(40)], adamw, torch_adamw, 4,
-                           layout=lambda g: g.t().contiguous().t() if g.dim() == 2 else g)
+    ours, ref = torch_twin(
+        [torch.randn(6, 9), torch.randn(40)],
+        adamw,
+        torch_adamw,
+        4,
+        layout=lambda g: g.t().contiguous().t() if g.dim() == 2 else g,
+    )
     assert max_abs(ours, ref) < F32_TOL
 
 
@@ -96,10 +107,13 @@ def test_a_param_with_gaps_matches_torch():
 def test_float64_params_match_torch():
     params = [torch.randn(37, 19, dtype=torch.float64), torch.randn(1000, dtype=torch.float64)]
     for make, make_ref in (
-            (adamw, torch_adamw),
-            (lambda ps: oft.SGD(ps, lr=0.05, momentum=0.9, nesterov=True),
-             lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True)),
-            (lambda ps: oft.Adagrad(ps, lr=0.05), lambda ps: torch.optim.Adagrad(ps, lr=0.05))):
+        (adamw, torch_adamw),
+        (
+            lambda ps: oft.SGD(ps, lr=0.05, momentum=0.9, nesterov=True),
+            lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True),
+        ),
+        (lambda ps: oft.Adagrad(ps, lr=0.05), lambda ps: torch.optim.Adagrad(ps, lr=0.05)),
+    ):
         ours, ref = torch_twin(params, make, make_ref, 10)
         assert all(p.dtype == torch.float64 for p in ours)
         rel = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(ours, ref))
@@ -109,13 +123,16 @@ def test_float64_params_match_torch():
 def test_a_group_mixing_dtypes_runs_one_kernel_per_dtype():
     f32, f64 = torch.randn(40, 7), torch.randn(300, dtype=torch.float64)
     bf16 = torch.randn(64).to(torch.bfloat16)
-    ours, ref = torch_twin([f32, f64, bf16],
-                           lambda ps: oft.AdamW(ps, lr=1e-2, master_weights=False),
-                           lambda ps: torch.optim.AdamW(ps, lr=1e-2, fused=True), 5)
+    ours, ref = torch_twin(
+        [f32, f64, bf16],
+        lambda ps: oft.AdamW(ps, lr=1e-2, master_weights=False),
+        lambda ps: torch.optim.AdamW(ps, lr=1e-2, fused=True),
+        5,
+    )
     assert max_abs(ours[:1], ref[:1]) < F32_TOL
     assert ((ours[1] - ref[1]).abs().max() / ref[1].abs().max()).item() < 1e-12
     # bf16 without master weights is torch's fused step: within one bf16 ulp per step.
-    assert max_abs(ours[2:], ref[2:]) <= 5 * 2 ** -7 * ref[2].abs().max().item()
+    assert max_abs(ours[2:], ref[2:]) <= 5 * 2**-7 * ref[2].abs().max().item()
     opt = oft.AdamW([p.detach().clone().requires_grad_() for p in (f32, f64, bf16)])
     for p in opt.param_groups[0]["params"]:
         p.grad = torch.ones_like(p)
@@ -133,24 +150,36 @@ def stepped(n=4096):
 
 
 def snapshot(ps, opt):
-    return ([p.detach().clone() for p in ps],
-            [{k: v.clone() for k, v in opt.state[p].items()} for p in ps])
+    return (
+        [p.detach().clone() for p in ps],
+        [{k: v.clone() for k, v in opt.state[p].items()} for p in ps],
+    )
 
 
 def unchanged(ps, opt, snap):
     params, states = snap
     return all(torch.equal(a, b) for a, b in zip(ps, params)) and all(
-        torch.equal(v, opt.state[p][k]) for p, st in zip(ps, states) for k, v in st.items())
+        torch.equal(v, opt.state[p][k]) for p, st in zip(ps, states) for k, v in st.items()
+    )
 
 
 BAD_GRADS = [
     # (how the gradient goes wrong, what the error names)
-    ("a smaller gradient", lambda p: setattr(p.grad, "data", torch.randn(p.numel() // 2)),
-     r"param group 0, param 0 .*the gradient has shape \(2048,\), the param \(4096,\)"),
-    ("another dtype", lambda p: setattr(p.grad, "data", p.grad.data.double()),
-     r"param group 0, param 0 .*the gradient is torch.float64"),
-    ("a sparse gradient", lambda p: setattr(p, "grad", p.grad.to_sparse()),
-     r"param group 0, param 0 .*sparse"),
+    (
+        "a smaller gradient",
+        lambda p: setattr(p.grad, "data", torch.randn(p.numel() // 2)),
+        r"param group 0, param 0 .*the gradient has shape \(2048,\), the param \(4096,\)",
+    ),
+    (
+        "another dtype",
+        lambda p: setattr(p.grad, "data", p.grad.data.double()),
+        r"param group 0, param 0 .*the gradient is torch.float64",
+    ),
+    (
+        "a sparse gradient",
+        lambda p: setattr(p, "grad", p.grad.to_sparse()),
+        r"param group 0, param 0 .*sparse",
+    ),
 ]
 
 
@@ -209,12 +238,15 @@ def test_a_checkpoint_without_a_state_is_refused_naming_it():
         theirs.step()
 
 
-@pytest.mark.parametrize("kw,message", [
-    (dict(max_grad_norm=-1.0), "max_grad_norm"),
-    (dict(loss_scale="yes"), "loss_scale"),
-    (dict(state_dtype="fp8"), "state_dtype"),
-    (dict(accumulation_steps=0), "accumulation_steps"),
-])
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(max_grad_norm=-1.0), "max_grad_norm"),
+        (dict(loss_scale="yes"), "loss_scale"),
+        (dict(state_dtype="fp8"), "state_dtype"),
+        (dict(accumulation_steps=0), "accumulation_steps"),
+    ],
+)
 def test_optfuse_options_are_validated_in_the_constructor(kw, message):
     with pytest.raises(ValueError, match=message):
         oft.AdamW([torch.zeros(3, requires_grad=True)], **kw)
@@ -223,5 +255,4 @@ def test_optfuse_options_are_validated_in_the_constructor(kw, message):
 def test_a_bad_option_in_a_group_added_later_is_refused_there():
     opt = oft.AdamW([torch.zeros(3, requires_grad=True)])
     with pytest.raises(ValueError, match="state_dtype"):
-        opt.add_param_group({"params": [torch.zeros(2, requires_grad=True)],
-                             "state_dtype": "fp8"})
+        opt.add_param_group({"params": [torch.zeros(2, requires_grad=True)], "state_dtype": "fp8"})

@@ -1,5 +1,6 @@
 """optfuse.torch.LBFGS is torch's own L-BFGS (nothing to fuse: see its docstring), so that a
 model whose import is swapped keeps working."""
+
 import pytest
 import torch
 

@@ -17,6 +17,7 @@ vector loop (src/optim/adam.cpp), so:
   16-bit ulp. Checked per step from torch's own values (ours are reset to torch's after each step,
   as a new start from the same inputs).
 """
+
 import copy
 
 import pytest
@@ -36,7 +37,7 @@ def ulp16(x):
     """The spacing of x's 16-bit dtype at |x| (for bf16 8 significant bits, f16 11, above the
     f16 subnormals, where it is 2^-24)."""
     bits, low = (8, -133) if x.dtype == torch.bfloat16 else (11, -24)
-    e = torch.frexp(x.float().abs().clamp_min(2.0 ** -126))[1]
+    e = torch.frexp(x.float().abs().clamp_min(2.0**-126))[1]
     return torch.ldexp(torch.ones_like(x, dtype=torch.float32), (e - bits).clamp_min(low))
 
 
@@ -85,23 +86,36 @@ def differ(x, y):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_adamw_matches_torch_fused_bit_for_bit(dtype):
     a, b, ref, ours = twins(
-        dtype, lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
-        lambda ps: oft.AdamW(ps, lr=1e-2, weight_decay=0.1, master_weights=False), steps=100)
+        dtype,
+        lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
+        lambda ps: oft.AdamW(ps, lr=1e-2, weight_decay=0.1, master_weights=False),
+        steps=100,
+    )
     # torch's state layout, no master copy: 14 bytes per element in bf16.
     assert set(b.state[ours[0]]) == set(a.state[ref[0]]) == {"step", "exp_avg", "exp_avg_sq"}
     assert b.state[ours[0]]["exp_avg"].dtype == dtype
 
 
-@pytest.mark.parametrize("kwargs", [dict(amsgrad=True), dict(maximize=True, weight_decay=0.0),
-                                    dict(betas=(0.8, 0.95), eps=1e-6)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(amsgrad=True), dict(maximize=True, weight_decay=0.0), dict(betas=(0.8, 0.95), eps=1e-6)],
+)
 def test_adam_variants_match_torch_fused_bit_for_bit(kwargs):
-    twins(torch.bfloat16, lambda ps: torch.optim.Adam(ps, lr=1e-3, fused=True, **kwargs),
-          lambda ps: oft.Adam(ps, lr=1e-3, master_weights=False, **kwargs), steps=60)
+    twins(
+        torch.bfloat16,
+        lambda ps: torch.optim.Adam(ps, lr=1e-3, fused=True, **kwargs),
+        lambda ps: oft.Adam(ps, lr=1e-3, master_weights=False, **kwargs),
+        steps=60,
+    )
 
 
 def test_adam_l2_weight_decay_matches_torch_fused_bit_for_bit():
-    twins(torch.bfloat16, lambda ps: torch.optim.Adam(ps, lr=1e-3, weight_decay=0.01, fused=True),
-          lambda ps: oft.Adam(ps, lr=1e-3, weight_decay=0.01, master_weights=False), steps=60)
+    twins(
+        torch.bfloat16,
+        lambda ps: torch.optim.Adam(ps, lr=1e-3, weight_decay=0.01, fused=True),
+        lambda ps: oft.Adam(ps, lr=1e-3, weight_decay=0.01, master_weights=False),
+        steps=60,
+    )
 
 
 def test_lr_schedule_matches_torch_fused():
@@ -194,7 +208,7 @@ def test_f32_params_are_unaffected():
 
 def bf16_ulp(x):
     """The spacing of bf16 values at |x| (8 significant bits)."""
-    e = torch.frexp(x.float().abs().clamp_min(2 ** -126))[1]
+    e = torch.frexp(x.float().abs().clamp_min(2**-126))[1]
     return torch.ldexp(torch.ones_like(x, dtype=torch.float32), e - 8)
 
 
@@ -209,8 +223,10 @@ def test_sgd_without_master_weights_rounds_the_f32_step_once():
     lr, mom = 1e-2, 0.9
     b = oft.SGD(ours, lr=lr, momentum=mom, master_weights=False)
     for step in range(20):
-        before = [(o.detach().float(), b.state[o]["momentum_buffer"].float() if step else None)
-                  for o in ours]
+        before = [
+            (o.detach().float(), b.state[o]["momentum_buffer"].float() if step else None)
+            for o in ours
+        ]
         for k, o in enumerate(ours):
             o.grad = grad_for(o, step, k)
         b.step()

@@ -17,6 +17,7 @@ of the maths (eps 1e-8 -> 1e-7, beta2 0.999 -> 0.998, amsgrad) move the transfor
 1.3-2.5% too, so this checks that optfuse trains like torch; the update's maths is checked step
 by step against torch in test_trajectories.py and the optimizer tests.
 """
+
 import functools
 
 import pytest
@@ -42,8 +43,9 @@ class TinyTransformer(nn.Module):
 
 
 def mlp():
-    return nn.Sequential(nn.Linear(20, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(),
-                         nn.Linear(64, 1))
+    return nn.Sequential(
+        nn.Linear(20, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 1)
+    )
 
 
 def data(kind):
@@ -63,8 +65,9 @@ def train(kind, cls):
     x, y, loss_fn = data(kind)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     rest = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = cls([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-              lr=3e-3)
+    opt = cls(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=3e-3
+    )
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, STEPS)
     losses = []
     for step in range(STEPS):

@@ -11,6 +11,7 @@ midpoint rounds the other way and the trajectories drift apart slowly, the ortho
 keeping every step's size. Measured there after 100 steps: at most 0.4% of how far the params
 moved (1.9e-3 of 0.52). Bound: 1% of the movement.
 """
+
 import copy
 
 import pytest
@@ -37,11 +38,13 @@ def lockstep(runs, steps):
             opt.step()
 
 
-CASES = [dict(lr=0.02, ns_products="bf16"),
-         dict(lr=0.02, ns_products="f32"),
-         dict(lr=0.01, nesterov=False, weight_decay=0.0, adjust_lr_fn="match_rms_adamw"),
-         dict(lr=0.02, momentum=0.3, adjust_lr_fn="spectral_unclamped", ns_steps=3),
-         dict(lr=0.02, ns_coefficients=(3.0, -3.2, 1.2), eps=1e-5, ns_products="bf16")]
+CASES = [
+    dict(lr=0.02, ns_products="bf16"),
+    dict(lr=0.02, ns_products="f32"),
+    dict(lr=0.01, nesterov=False, weight_decay=0.0, adjust_lr_fn="match_rms_adamw"),
+    dict(lr=0.02, momentum=0.3, adjust_lr_fn="spectral_unclamped", ns_steps=3),
+    dict(lr=0.02, ns_coefficients=(3.0, -3.2, 1.2), eps=1e-5, ns_products="bf16"),
+]
 
 
 @pytest.mark.parametrize("kw", CASES, ids=["bf16", "f32", "rms", "low-momentum", "coefficients"])
@@ -92,11 +95,17 @@ def test_the_c_apis_orthogonalization_is_torchs_within_bf16_rounding(shape):
     tests/test_optim_muon.cpp (expect_close_ns): |got - want|_F <= 2^-5 |want|_F and every
     element within 2^-4 of the largest."""
     from torch.optim._muon import _zeropower_via_newtonschulz
+
     g = torch.Generator().manual_seed(5)
     u = torch.randn(shape, generator=g) * 0.01
     want = _zeropower_via_newtonschulz(u, (3.4445, -4.775, 2.0315), 5, 1e-7).float()
     got = torch.empty_like(u)
-    _core.newton_schulz_cblas(u.data_ptr(), got.data_ptr(), shape[0], shape[1],
-                              "newton_schulz:a=3.4445,b=-4.775,c=2.0315,steps=5,eps=1e-07,products=f32")
+    _core.newton_schulz_cblas(
+        u.data_ptr(),
+        got.data_ptr(),
+        shape[0],
+        shape[1],
+        "newton_schulz:a=3.4445,b=-4.775,c=2.0315,steps=5,eps=1e-07,products=f32",
+    )
     assert (got - want).norm().item() <= 2.0**-5 * want.norm().item()
     assert (got - want).abs().max().item() <= 2.0**-4 * want.abs().max().item()

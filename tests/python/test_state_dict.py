@@ -5,6 +5,7 @@ must end where the uninterrupted torch run ends, within the float32 bound of
 test_trajectories.py (the two implementations round differently; the state carried over is the
 same tensors).
 """
+
 import io
 
 import pytest
@@ -13,18 +14,20 @@ import torch
 import optfuse.torch as oft
 from conftest import grad_for, make_params, max_abs
 
-CASES = [("AdamW", dict(lr=1e-2, weight_decay=0.1)),
-         ("Adam", dict(lr=1e-2, amsgrad=True)),
-         ("SGD", dict(lr=1e-2, momentum=0.9, nesterov=True)),
-         ("Adagrad", dict(lr=1e-2)),
-         ("RMSprop", dict(lr=1e-3, centered=True, momentum=0.9)),
-         ("Adamax", dict(lr=1e-2)),
-         ("NAdam", dict(lr=1e-2)),
-         ("RAdam", dict(lr=1e-2)),
-         ("Adadelta", dict(lr=1.0)),
-         ("ASGD", dict(lr=1e-2, t0=10.0)),  # eta, mu and ax all carried over mid-averaging
-         ("Rprop", dict(lr=1e-3)),
-         ("Adafactor", dict(lr=1e-2, weight_decay=1e-2))]  # row_var / col_var: [..., R, 1] ...
+CASES = [
+    ("AdamW", dict(lr=1e-2, weight_decay=0.1)),
+    ("Adam", dict(lr=1e-2, amsgrad=True)),
+    ("SGD", dict(lr=1e-2, momentum=0.9, nesterov=True)),
+    ("Adagrad", dict(lr=1e-2)),
+    ("RMSprop", dict(lr=1e-3, centered=True, momentum=0.9)),
+    ("Adamax", dict(lr=1e-2)),
+    ("NAdam", dict(lr=1e-2)),
+    ("RAdam", dict(lr=1e-2)),
+    ("Adadelta", dict(lr=1.0)),
+    ("ASGD", dict(lr=1e-2, t0=10.0)),  # eta, mu and ax all carried over mid-averaging
+    ("Rprop", dict(lr=1e-3)),
+    ("Adafactor", dict(lr=1e-2, weight_decay=1e-2)),
+]  # row_var / col_var: [..., R, 1] ...
 
 
 def steps(opt, ps, first, count):
@@ -134,4 +137,3 @@ def test_step_options_survive_load_state_dict():
     opt.load_state_dict(opt.state_dict())
     steps(opt, ps, 2, 1)
     assert opt.last_step["total_norm"] is not None  # still clipping: the norm was computed
-

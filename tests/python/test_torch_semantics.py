@@ -1,6 +1,7 @@
 """What torch.optim users and wrappers do to an optimizer between steps, each against torch:
 state replaced or deleted, params swapped, copies, autograd's version checks, GradScaler with
 fused=True, several sparse embeddings in one group."""
+
 import copy
 
 import pytest
@@ -36,7 +37,10 @@ def test_a_param_swapped_into_a_group_is_the_one_updated():
     ref, ours = pair(p0)
     a, b = torch.optim.SGD(ref, lr=1e-2, momentum=0.9), oft.SGD(ours, lr=1e-2, momentum=0.9)
     lockstep([(a, ref), (b, ours)], 2)
-    new_ref, new_ours = ref[0].detach().clone().requires_grad_(), ours[0].detach().clone().requires_grad_()
+    new_ref, new_ours = (
+        ref[0].detach().clone().requires_grad_(),
+        ours[0].detach().clone().requires_grad_(),
+    )
     a.param_groups[0]["params"][0] = new_ref
     b.param_groups[0]["params"][0] = new_ours
     ref[0], ours[0] = new_ref, new_ours
@@ -102,8 +106,9 @@ def test_state_made_for_a_refused_step_is_still_new_state_later():
     error_if_nonfinite) must not turn the new buffer into an old one."""
     ref, ours = pair(make_params())
     a = torch.optim.SGD(ref, lr=1e-2, momentum=0.9, dampening=0.5)
-    b = oft.SGD(ours, lr=1e-2, momentum=0.9, dampening=0.5, max_grad_norm=1.0,
-                error_if_nonfinite=True)
+    b = oft.SGD(
+        ours, lr=1e-2, momentum=0.9, dampening=0.5, max_grad_norm=1.0, error_if_nonfinite=True
+    )
     for p in ours:
         p.grad = torch.full_like(p, float("inf"))
     with pytest.raises(RuntimeError):

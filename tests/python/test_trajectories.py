@@ -11,6 +11,7 @@ Two checks per case:
   both runs see gradients that depend on the params, so a rounding difference propagates, but
   over 100 steps of lr <= 1e-2 on O(1) params it stays at a few hundred float32 ulps.
 """
+
 import pytest
 import torch
 
@@ -77,16 +78,22 @@ def test_trajectory_matches_torch(case):
 SCHEDULERS = {
     "cosine": lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=30),
     "onecycle": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.05, total_steps=STEPS),
-    "lambda": lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 0.97 ** s),
+    "lambda": lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 0.97**s),
     "sequential": lambda o: torch.optim.lr_scheduler.SequentialLR(
-        o, [torch.optim.lr_scheduler.LinearLR(o, 0.1, 1.0, total_iters=10),
-            torch.optim.lr_scheduler.ExponentialLR(o, 0.98)], milestones=[10]),
+        o,
+        [
+            torch.optim.lr_scheduler.LinearLR(o, 0.1, 1.0, total_iters=10),
+            torch.optim.lr_scheduler.ExponentialLR(o, 0.98),
+        ],
+        milestones=[10],
+    ),
 }
 
 
 @pytest.mark.parametrize("sched", sorted(SCHEDULERS))
-@pytest.mark.parametrize("name,kw", [("AdamW", dict(lr=1e-2)),
-                                     ("SGD", dict(lr=1e-2, momentum=0.9))])
+@pytest.mark.parametrize(
+    "name,kw", [("AdamW", dict(lr=1e-2)), ("SGD", dict(lr=1e-2, momentum=0.9))]
+)
 def test_schedulers_change_hyperparameters_between_steps(sched, name, kw):
     """OneCycleLR also cycles betas[0] (Adam) or momentum (SGD) every step."""
     p32 = make_params()
@@ -94,6 +101,7 @@ def test_schedulers_change_hyperparameters_between_steps(sched, name, kw):
     ours, opt = run(lambda ps: getattr(oft, name)(ps, **kw), p32, STEPS, SCHEDULERS[sched])
     assert max_abs(ours, ref) < 2e-4  # (OneCycleLR reaches lr 0.05: 5x the updates above)
     from optfuse import engine
+
     assert engine().counters()["compiles"] + engine().counters()["disk_hits"] >= 1
 
 
@@ -101,8 +109,10 @@ def test_param_groups_with_their_own_options():
     p32 = make_params()
 
     def groups(ps):
-        return [{"params": ps[:3], "weight_decay": 0.0},
-                {"params": ps[3:], "lr": 3e-3, "betas": (0.8, 0.99)}]
+        return [
+            {"params": ps[:3], "weight_decay": 0.0},
+            {"params": ps[3:], "lr": 3e-3, "betas": (0.8, 0.99)},
+        ]
 
     ref, _ = run(lambda ps: torch.optim.AdamW(groups(ps), lr=1e-2), p32, STEPS)
     ours, _ = run(lambda ps: oft.AdamW(groups(ps), lr=1e-2), p32, STEPS)
@@ -116,11 +126,13 @@ def test_closure_and_set_to_none_false():
     a, b = torch.optim.Adam(ps_ref, lr=1e-2), oft.Adam(ps_ours, lr=1e-2)
     for _ in range(20):
         for opt, ps in ((a, ps_ref), (b, ps_ours)):
+
             def closure():
                 opt.zero_grad(set_to_none=False)
-                loss = sum((p ** 2).sum() for p in ps)
+                loss = sum((p**2).sum() for p in ps)
                 loss.backward()
                 return loss
+
             loss = opt.step(closure)
         assert isinstance(loss, torch.Tensor)
     assert max_abs(ps_ours, ps_ref) < 1e-5

@@ -5,6 +5,7 @@ kernel cache: Halide and LLVM run in this process) and matches torch.optim.AdamW
 library the wheel bundles was loaded from the wheel's own folder, never from the system.
 Exits non-zero with the reason on the first failure.
 """
+
 import copy
 import os
 import sys
@@ -45,8 +46,10 @@ def train_and_compare() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 4))
     reference = copy.deepcopy(model)
     x, y = torch.randn(32, 16), torch.randn(32, 4)
-    pairs = [(model, oft.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)),
-             (reference, torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1))]
+    pairs = [
+        (model, oft.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)),
+        (reference, torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1)),
+    ]
     for net, opt in pairs:
         for _ in range(3):
             opt.zero_grad(set_to_none=True)
@@ -54,8 +57,9 @@ def train_and_compare() -> None:
             opt.step()
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
-            fail(f"{name}: optfuse's AdamW differs from torch's by "
-                 f"{(p - q).abs().max().item():.3g}")
+            fail(
+                f"{name}: optfuse's AdamW differs from torch's by {(p - q).abs().max().item():.3g}"
+            )
 
 
 train_and_compare()
@@ -76,10 +80,13 @@ for path in sorted(mapped):
     if os.path.basename(path).startswith(ours) and os.path.dirname(path) != libs_dir:
         fail(f"{path} is loaded, not the wheel's copy in {libs_dir}")
 for name in ours[:3]:
-    if not any(os.path.dirname(m) == libs_dir and os.path.basename(m).startswith(name)
-               for m in mapped):
+    if not any(
+        os.path.dirname(m) == libs_dir and os.path.basename(m).startswith(name) for m in mapped
+    ):
         fail(f"no {name} is loaded from {libs_dir}: {sorted(os.listdir(libs_dir))}")
 
-print(f"wheel smoke: ok: optfuse {optfuse.__version__} from {package}, torch {torch.__version__},"
-      f" {counters['compiles']} kernel(s) and the Halide runtime compiled in "
-      f"{counters['compile_seconds']:.2f} s, Halide, LLVM and xxHash from {libs_dir}")
+print(
+    f"wheel smoke: ok: optfuse {optfuse.__version__} from {package}, torch {torch.__version__},"
+    f" {counters['compiles']} kernel(s) and the Halide runtime compiled in "
+    f"{counters['compile_seconds']:.2f} s, Halide, LLVM and xxHash from {libs_dir}"
+)

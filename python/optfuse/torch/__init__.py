@@ -21,21 +21,67 @@ Tensors: float32, float64, bfloat16 or float16 params (16-bit params get an f32 
 in any layout torch's optimizers take (channels_last, strided views); DTensors under FSDP2.
 Every param and gradient is checked in C++ at each step before any kernel runs.
 """
+
 import torch as _torch  # noqa: F401  (loads torch's OpenMP runtime before share_openmp looks)
 
 from .._engine import share_openmp as _share_openmp
 from ._captured import CapturedOptimizer, from_rule
 from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
 from .capture import CapturedRule, CaptureError, Grad, Param, State, rule
-from .optimizers import (ASGD, LAMB, LARS, LBFGS, SGD, Adadelta, Adafactor, Adagrad, Adam,
-                         Adamax, AdamW, Custom, Lion, Muon, NAdam, RAdam, RMSprop, Rprop,
-                         SparseAdam)
+from .optimizers import (
+    ASGD,
+    LAMB,
+    LARS,
+    LBFGS,
+    SGD,
+    Adadelta,
+    Adafactor,
+    Adagrad,
+    Adam,
+    Adamax,
+    AdamW,
+    Custom,
+    Lion,
+    Muon,
+    NAdam,
+    RAdam,
+    RMSprop,
+    Rprop,
+    SparseAdam,
+)
 
 # torch's CPU ops run on its OpenMP threads; optfuse's steps go there too (optfuse._engine).
 _share_openmp()
 
-__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
-           "Adadelta", "ASGD", "Rprop", "Adafactor", "SparseAdam", "Muon", "LBFGS", "Lion",
-           "LAMB", "LARS", "Custom", "FusedOptimizer", "STEP_OPTIONS",
-           "EXTRA_GROUP_OPTIONS", "rule", "from_rule", "CapturedRule", "CapturedOptimizer",
-           "CaptureError", "Param", "Grad", "State"]
+__all__ = [
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Adagrad",
+    "RMSprop",
+    "Adamax",
+    "NAdam",
+    "RAdam",
+    "Adadelta",
+    "ASGD",
+    "Rprop",
+    "Adafactor",
+    "SparseAdam",
+    "Muon",
+    "LBFGS",
+    "Lion",
+    "LAMB",
+    "LARS",
+    "Custom",
+    "FusedOptimizer",
+    "STEP_OPTIONS",
+    "EXTRA_GROUP_OPTIONS",
+    "rule",
+    "from_rule",
+    "CapturedRule",
+    "CapturedOptimizer",
+    "CaptureError",
+    "Param",
+    "Grad",
+    "State",
+]

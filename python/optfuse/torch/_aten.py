@@ -10,6 +10,7 @@ take the other operand's dtype in optfuse as in torch). Where torch promotes dty
 (``g * (g > 0)``: bool to float) an explicit ``cast`` is inserted, since optfuse's binary ops
 need equal dtypes.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,11 +37,13 @@ def WRITEBACK(target, value):  # noqa: N802  (an fx node target, never called)
     raise AssertionError("a traced graph is converted, never run")
 
 
-ACCEPTED = ("add, sub, rsub, mul, div, neg, abs, sign, sgn, sqrt, rsqrt, reciprocal, square, "
-            "exp, log, pow, maximum, minimum, clamp, clamp_min, clamp_max, where, lt, le, gt, "
-            "ge, eq, ne, isfinite, lerp, addcmul, addcdiv, casts (.to, .float()), copy_, clone, "
-            "zeros_like / ones_like / full_like, and sum, mean, amax, amin, max, min, norm over "
-            "the whole tensor or over every dim but the first (keepdim=True)")
+ACCEPTED = (
+    "add, sub, rsub, mul, div, neg, abs, sign, sgn, sqrt, rsqrt, reciprocal, square, "
+    "exp, log, pow, maximum, minimum, clamp, clamp_min, clamp_max, where, lt, le, gt, "
+    "ge, eq, ne, isfinite, lerp, addcmul, addcdiv, casts (.to, .float()), copy_, clone, "
+    "zeros_like / ones_like / full_like, and sum, mean, amax, amin, max, min, norm over "
+    "the whole tensor or over every dim but the first (keepdim=True)"
+)
 
 
 def _line(node) -> str:
@@ -51,7 +54,7 @@ def _line(node) -> str:
         s = lines[k].strip()
         if s.startswith("File "):
             parts = s.split(",")
-            file = parts[0][len("File "):].strip().strip('"')
+            file = parts[0][len("File ") :].strip().strip('"')
             num = parts[1].strip().split()[-1] if len(parts) > 1 else "?"
             src = lines[k + 1].strip() if k + 1 < len(lines) else ""
             return f"{file}:{num}: {src}"
@@ -66,8 +69,10 @@ def _unsupported(b: _Builder, node, why: str = "") -> CaptureError:
     if isinstance(t, torch._ops.OpOverload):
         op = f"{op.split('.')[0]} (aten.{op})"
     why = f" ({why})" if why else ""
-    return CaptureError(f"rule {b.name!r}{at}: optfuse cannot capture {op}{why}. A captured rule "
-                        f"is element-wise; it may use {ACCEPTED}.")
+    return CaptureError(
+        f"rule {b.name!r}{at}: optfuse cannot capture {op}{why}. A captured rule "
+        f"is element-wise; it may use {ACCEPTED}."
+    )
 
 
 def _shape(x) -> tuple:
@@ -89,12 +94,20 @@ def _reduction(b: _Builder, node, env, kind: str, x, dims, keepdim: bool, post=N
         return b.emit(f"reduce_{kind}", a)
     if nd >= 2 and dims == list(range(1, nd)):
         if not keepdim:
-            raise _unsupported(b, node, f"a reduction over dims {dims} needs keepdim=True: "
-                                        "optfuse gives every element its row's value")
+            raise _unsupported(
+                b,
+                node,
+                f"a reduction over dims {dims} needs keepdim=True: "
+                "optfuse gives every element its row's value",
+            )
         b.rows.append(f"{getattr(node.target, '__name__', node.target)} at {_line(node)}")
         return b.emit(f"row_{kind}", a)
-    raise _unsupported(b, node, f"a reduction over dims {dims} of a {nd}-D tensor: optfuse "
-                                "reduces over the whole tensor or over every dim but the first")
+    raise _unsupported(
+        b,
+        node,
+        f"a reduction over dims {dims} of a {nd}-D tensor: optfuse "
+        "reduces over the whole tensor or over every dim but the first",
+    )
 
 
 def _norm(b, node, env, x, ord_=2, dim=None, keepdim=False, dtype=None):
@@ -179,14 +192,25 @@ def _def(ops, f):
 
 
 _def([aten.add.Tensor, aten.add.Scalar], lambda b, x, y, alpha=1: _axpy(b, x, alpha, y))
-_def([aten.sub.Tensor, aten.sub.Scalar],
-     lambda b, x, y, alpha=1: b.emit("sub", x, _scaled(b, y, alpha)))
-_def([aten.rsub.Tensor, aten.rsub.Scalar],
-     lambda b, x, y, alpha=1: b.emit("sub", y, _scaled(b, x, alpha)))
+_def(
+    [aten.sub.Tensor, aten.sub.Scalar],
+    lambda b, x, y, alpha=1: b.emit("sub", x, _scaled(b, y, alpha)),
+)
+_def(
+    [aten.rsub.Tensor, aten.rsub.Scalar],
+    lambda b, x, y, alpha=1: b.emit("sub", y, _scaled(b, x, alpha)),
+)
 _def([aten.mul.Tensor, aten.mul.Scalar], lambda b, x, y: b.emit("mul", x, y))
 _def([aten.div.Tensor, aten.div.Scalar], lambda b, x, y: b.emit("div", x, y))
-for _name, _op in (("neg", "neg"), ("abs", "abs"), ("sign", "sign"), ("sgn", "sign"),
-                   ("sqrt", "sqrt"), ("exp", "exp"), ("log", "log")):
+for _name, _op in (
+    ("neg", "neg"),
+    ("abs", "abs"),
+    ("sign", "sign"),
+    ("sgn", "sign"),
+    ("sqrt", "sqrt"),
+    ("exp", "exp"),
+    ("log", "log"),
+):
     _def([getattr(aten, _name).default], (lambda o: lambda b, x: b.emit(o, x))(_op))
 _def([aten.rsqrt.default], lambda b, x: _rsqrt(b, x))
 _def([aten.isfinite.default], lambda b, x: b.emit("is_finite", x))
@@ -199,25 +223,47 @@ _def([aten.minimum.default], lambda b, x, y: b.emit("min", x, y))
 _def([aten.clamp.default, aten.clamp.Tensor], _clamp)
 _def([aten.clamp_min.default, aten.clamp_min.Tensor], lambda b, x, lo: _clamp(b, x, lo))
 _def([aten.clamp_max.default, aten.clamp_max.Tensor], lambda b, x, hi: _clamp(b, x, None, hi))
-_def([aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar],
-     lambda b, c, x, y: b.emit("select", c, x, y))
+_def(
+    [aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar],
+    lambda b, c, x, y: b.emit("select", c, x, y),
+)
 for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
-    _def([getattr(aten, _name).Tensor, getattr(aten, _name).Scalar],
-         (lambda o: lambda b, x, y: b.emit(o, x, y))(_name))
+    _def(
+        [getattr(aten, _name).Tensor, getattr(aten, _name).Scalar],
+        (lambda o: lambda b, x, y: b.emit(o, x, y))(_name),
+    )
 # lerp(x, y, w) = x + w * (y - x): torch's formula for w < 0.5, and optfuse's normal form
 # (src/graph/idiom_rules.cpp, "lerp").
-_def([aten.lerp.Scalar, aten.lerp.Tensor],
-     lambda b, x, y, w: b.emit("add", x, b.emit("mul", w, b.emit("sub", y, x))))
-_def([aten.addcmul.default],
-     lambda b, s, t1, t2, value=1: _axpy(b, s, value, b.emit("mul", t1, t2)))
-_def([aten.addcdiv.default],
-     lambda b, s, t1, t2, value=1: _axpy(b, s, value, b.emit("div", t1, t2)))
-_def([aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default,
-      aten.lift_fresh.default,
-      aten._local_scalar_dense.default, aten.contiguous.default], _identity)
+_def(
+    [aten.lerp.Scalar, aten.lerp.Tensor],
+    lambda b, x, y, w: b.emit("add", x, b.emit("mul", w, b.emit("sub", y, x))),
+)
+_def(
+    [aten.addcmul.default], lambda b, s, t1, t2, value=1: _axpy(b, s, value, b.emit("mul", t1, t2))
+)
+_def(
+    [aten.addcdiv.default], lambda b, s, t1, t2, value=1: _axpy(b, s, value, b.emit("div", t1, t2))
+)
+_def(
+    [
+        aten.clone.default,
+        aten.alias.default,
+        aten.detach.default,
+        aten.lift_fresh_copy.default,
+        aten.lift_fresh.default,
+        aten._local_scalar_dense.default,
+        aten.contiguous.default,
+    ],
+    _identity,
+)
 # Python arithmetic on a scalar made a number by torch (alpha=-lr, value=1 - beta2).
-for _f, _op in ((operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"),
-                (operator.truediv, "div"), (operator.pow, "pow")):
+for _f, _op in (
+    (operator.add, "add"),
+    (operator.sub, "sub"),
+    (operator.mul, "mul"),
+    (operator.truediv, "div"),
+    (operator.pow, "pow"),
+):
     _def([_f], (lambda o: lambda b, x, y: b.emit(o, x, y))(_op))
 _def([operator.neg], lambda b, x: b.emit("neg", x))
 
@@ -243,9 +289,21 @@ def _special(b: _Builder, node, env) -> Any:
         extra.update({("ord_" if k == "ord" else k): v for k, v in kw.items()})
         return _norm(b, node, env, args[0], **extra)
     if t in (aten._to_copy.default, aten.to.dtype):
-        bad = {k for k, v in kw.items() if v is not None and k not in
-               ("dtype", "layout", "device", "pin_memory", "memory_format", "non_blocking",
-                "copy")}
+        bad = {
+            k
+            for k, v in kw.items()
+            if v is not None
+            and k
+            not in (
+                "dtype",
+                "layout",
+                "device",
+                "pin_memory",
+                "memory_format",
+                "non_blocking",
+                "copy",
+            )
+        }
         if bad:
             raise _unsupported(b, node, f"{sorted(bad)}")
         dtype = kw.get("dtype", args[1] if len(args) > 1 else None)
@@ -258,10 +316,14 @@ def _special(b: _Builder, node, env) -> Any:
         v = env(args[1])
         return b.const(float(v), _dtype_of(b, node, node)) if isinstance(v, (int, float)) else v
     if t in (aten.zeros_like.default, aten.ones_like.default, aten.full_like.default):
-        v = 0.0 if t is aten.zeros_like.default else 1.0 if t is aten.ones_like.default \
+        v = (
+            0.0
+            if t is aten.zeros_like.default
+            else 1.0
+            if t is aten.ones_like.default
             else env(args[1])
-        return b.const(float(v), _dtype_of(b, node, node)) if isinstance(v, (int, float)) \
-            else v
+        )
+        return b.const(float(v), _dtype_of(b, node, node)) if isinstance(v, (int, float)) else v
     if t is aten.scalar_tensor.default:
         return float(args[0])
     return None
@@ -283,8 +345,7 @@ def _dtype_of(b, node, x) -> str:
     v = x.meta.get("val") if hasattr(x, "meta") else None
     if isinstance(v, torch.Tensor):
         if v.dtype not in _DTYPES:
-            raise _unsupported(b, node, f"a {v.dtype} tensor (optfuse: f32, f64, f16, bf16, "
-                                        "bool)")
+            raise _unsupported(b, node, f"a {v.dtype} tensor (optfuse: f32, f64, f16, bf16, bool)")
         return _DTYPES[v.dtype]
     return "f32"
 
@@ -357,11 +418,15 @@ def convert_graph(graph, name: str, inputs: list, returned: list):
     for target, v in writes.items():
         role = dict(inputs)[target]
         if role in ("scalar", "bool"):
-            raise CaptureError(f"rule {name!r} changes the scalar {target!r}: scalars are "
-                               "read-only (group options are changed in param_groups)")
+            raise CaptureError(
+                f"rule {name!r} changes the scalar {target!r}: scalars are "
+                "read-only (group options are changed in param_groups)"
+            )
         if role == "grad":
-            raise CaptureError(f"rule {name!r} writes its gradient {target!r}: the gradient "
-                               "is read-only (compute a new value instead of g.add_(...))")
+            raise CaptureError(
+                f"rule {name!r} writes its gradient {target!r}: the gradient "
+                "is read-only (compute a new value instead of g.add_(...))"
+            )
         if isinstance(v, (int, float)):
             v = b.const(v)
         if v == target:
@@ -372,14 +437,18 @@ def convert_graph(graph, name: str, inputs: list, returned: list):
     used |= {v for v in b.outputs.values() if isinstance(v, str)}
     b.scalars = [s for s in b.scalars if (s if isinstance(s, str) else s["name"]) in used]
     if not b.outputs:
-        raise CaptureError(f"rule {name!r} changes nothing: update the param in place "
-                           "(p.add_(...)) or return its new value")
+        raise CaptureError(
+            f"rule {name!r} changes nothing: update the param in place "
+            "(p.add_(...)) or return its new value"
+        )
     return b.to_json(), {"rows": b.rows}
 
 
 def _write(b: _Builder, writes: dict, target: str, v, node) -> None:
     old = writes.get(target)
     if old is not None and old != v and old != target:
-        raise CaptureError(f"rule {b.name!r} both changes {target!r} in place and returns a "
-                           "different value for it: do one or the other")
+        raise CaptureError(
+            f"rule {b.name!r} both changes {target!r} in place and returns a "
+            "different value for it: do one or the other"
+        )
     writes[target] = v

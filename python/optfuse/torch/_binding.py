@@ -13,6 +13,7 @@ gradient, the groups, the state dicts or a param's memory change (C++ says when:
    binds torch's state tensors as the kernels' buffers (the one copy of the state);
 4. builds the ``_core.TorchStep`` that runs each step.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
@@ -26,10 +27,19 @@ from . import _state8
 if TYPE_CHECKING:
     from ._fused import FusedOptimizer
 
-DTYPE_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
-               torch.float64: "f64"}
-TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
-                "u8": torch.uint8, "f64": torch.float64}
+DTYPE_NAMES = {
+    torch.float32: "f32",
+    torch.bfloat16: "bf16",
+    torch.float16: "f16",
+    torch.float64: "f64",
+}
+TORCH_DTYPES = {
+    "f32": torch.float32,
+    "bf16": torch.bfloat16,
+    "f16": torch.float16,
+    "u8": torch.uint8,
+    "f64": torch.float64,
+}
 # ParamMode in python/src/torch_step.h.
 DIRECT, DTENSOR, STAGED = 0, 1, 2
 # Optimizer-owned state a torch checkpoint does not hold (made again when missing).
@@ -92,7 +102,8 @@ def is_dense(t: torch.Tensor) -> bool:
 def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether `a` and `b` (of one shape) put each element at the same offset."""
     return tuple(a.shape) == tuple(b.shape) and all(
-        sa == sb for sa, sb, n in zip(a.stride(), b.stride(), a.shape) if n > 1)
+        sa == sb for sa, sb, n in zip(a.stride(), b.stride(), a.shape) if n > 1
+    )
 
 
 def param_mode(p: torch.Tensor, contiguous: bool) -> int:
@@ -111,17 +122,28 @@ def param_mode(p: torch.Tensor, contiguous: bool) -> int:
 class Group:
     """The params of one dtype of one torch param group, as one C++ group."""
 
-    __slots__ = ("index", "cpp", "params", "active", "works", "modes", "keys", "synced", "spec",
-                 "sparse_keep", "states")
+    __slots__ = (
+        "index",
+        "cpp",
+        "params",
+        "active",
+        "works",
+        "modes",
+        "keys",
+        "synced",
+        "spec",
+        "sparse_keep",
+        "states",
+    )
 
     def __init__(self, index, cpp, keys):
-        self.index = index    # position in optimizer.param_groups
-        self.cpp = cpp        # position among the C++ groups
+        self.index = index  # position in optimizer.param_groups
+        self.cpp = cpp  # position among the C++ groups
         self.params: list = []  # the torch params, in group order
         self.active: list = []  # their positions in the group's "params"
-        self.works: list = []   # what the kernels update for each (param, local shard, copy)
+        self.works: list = []  # what the kernels update for each (param, local shard, copy)
         self.modes: list = []
-        self.keys = keys      # the group's keys the C++ rule takes
+        self.keys = keys  # the group's keys the C++ rule takes
         self.synced: dict = {}  # key -> value C++ holds (torch_step.cpp keeps it up to date)
         self.spec: list = []
         self.sparse_keep: list = []  # this step's coalesced sparse gradients (SparseAdam)
@@ -142,10 +164,11 @@ class Binding:
         self.idle_steps: list = []  # state['step'] of params with no elements here (FSDP2)
         known = set(opt._optfuse_group_keys())
         bound = []  # torch_step's BoundParam tuples
-        idle = []   # params with a gradient but no elements here
+        idle = []  # params with a gradient but no elements here
         for gi, group in enumerate(opt.param_groups):
             keys = [k for k in group if k in known] + [
-                k for k in _state8.BLOCKING_KEYS if k in known and k not in group]
+                k for k in _state8.BLOCKING_KEYS if k in known and k not in group
+            ]
             synced = {k: plain(group[k]) for k in keys if k in group}
             blocked = synced.get("state_dtype") == "int8"
             by_dtype: dict = {}
@@ -169,25 +192,41 @@ class Binding:
                     factored = opt._optfuse_factored and p.dim() >= 2
                     mode = param_mode(p, blocked or factored)
                     if mode == DTENSOR and factored:
-                        raise ValueError(f"{name_of(gi, pi, p)}: {type(opt).__name__} factors the "
-                                         "second moment of a matrix over its rows and columns, "
-                                         "but under FSDP2 each rank holds a shard of it: not "
-                                         "supported (use torch.optim's)")
-                    work = local(p) if mode != STAGED else torch.empty(
-                        p.shape, dtype=p.dtype, device=p.device)
+                        raise ValueError(
+                            f"{name_of(gi, pi, p)}: {type(opt).__name__} factors the "
+                            "second moment of a matrix over its rows and columns, "
+                            "but under FSDP2 each rank holds a shard of it: not "
+                            "supported (use torch.optim's)"
+                        )
+                    work = (
+                        local(p)
+                        if mode != STAGED
+                        else torch.empty(p.shape, dtype=p.dtype, device=p.device)
+                    )
                     g.modes.append(mode)
                     g.works.append(work)
                     who = name_of(gi, pi, p)
                     grad_ptr, grad_dtype = 0, "f32"
                     if not opt._optfuse_sparse:
                         grad_ptr, grad_copy, grad_dtype = _core.grad_for_kernels(
-                            p, work, mode == DTENSOR, who)
+                            p, work, mode == DTENSOR, who
+                        )
                         if grad_copy is not None:
                             self.keep.append(grad_copy)
-                    entries.append((work.data_ptr(), grad_ptr, work.numel(), list(work.shape),
-                                    DTYPE_NAMES[p.dtype], grad_dtype, who))
-                    bound.append((p, work, gi, pi, g.cpp, len(entries) - 1, mode, grad_dtype,
-                                  grad_ptr, who))
+                    entries.append(
+                        (
+                            work.data_ptr(),
+                            grad_ptr,
+                            work.numel(),
+                            list(work.shape),
+                            DTYPE_NAMES[p.dtype],
+                            grad_dtype,
+                            who,
+                        )
+                    )
+                    bound.append(
+                        (p, work, gi, pi, g.cpp, len(entries) - 1, mode, grad_dtype, grad_ptr, who)
+                    )
                     self.keep.append(work.untyped_storage())
                 self.core.add_param_group(entries, g.synced, cuda)
                 self.groups.append(g)
@@ -196,9 +235,14 @@ class Binding:
         for p in idle:
             opt._optfuse_idle_state(p, self)
         self.fast = _core.TorchStep(
-            self.core, bound,
-            [(g.index, g.keys, g.synced) for g in self.groups], self.idle_steps,
-            not opt._optfuse_sparse, opt.param_groups, opt.state)
+            self.core,
+            bound,
+            [(g.index, g.keys, g.synced) for g in self.groups],
+            self.idle_steps,
+            not opt._optfuse_sparse,
+            opt.param_groups,
+            opt.state,
+        )
 
     def restate(self, opt: "FusedOptimizer", k: int, old_block: Optional[int]) -> bool:
         """Rebinds the state of C++ group `k`, whose buffers changed with its options; False if
@@ -206,7 +250,8 @@ class Binding:
         another dim order: its codes keep the contiguous order)."""
         g = self.groups[k]
         if g.synced.get("state_dtype") == "int8" and any(
-                m == DIRECT and not w.is_contiguous() for m, w in zip(g.modes, g.works)):
+            m == DIRECT and not w.is_contiguous() for m, w in zip(g.modes, g.works)
+        ):
             return False
         self.bind_state(opt, g, _state8.DEFAULT_BLOCK if old_block is None else old_block)
         self.fast.restated(k, opt.state)
@@ -225,10 +270,20 @@ class Binding:
         specs = [self.core.state_spec(g.cpp, k) for k in range(len(g.params))]  # per tensor
         changes = []
         for k, p in enumerate(g.params):
+
             def initial(name, p=p):  # a rule's own initial values (state_init), encoded
                 return opt._optfuse_initial_state(p, name, torch.float32)
-            changes.append(_state8.conversions(opt.state[p], specs[k], old_block, block,
-                                               name_of(g.index, g.active[k], p), initial))
+
+            changes.append(
+                _state8.conversions(
+                    opt.state[p],
+                    specs[k],
+                    old_block,
+                    block,
+                    name_of(g.index, g.active[k], p),
+                    initial,
+                )
+            )
         for k, p in enumerate(g.params):
             self._check_complete(opt, g, k, p, specs[k])
         for k, p in enumerate(g.params):
@@ -247,11 +302,13 @@ class Binding:
         names = [s[0] for s in spec] + [n for n, _ in opt._optfuse_scalar_state()]
         lazy = opt._optfuse_lazy_state
         for name in names:
-            base = name[:-len(_state8.SCALES)] if name.endswith(_state8.SCALES) else name
+            base = name[: -len(_state8.SCALES)] if name.endswith(_state8.SCALES) else name
             if name not in st and base not in st and name not in _OWN_STATE and name not in lazy:
-                raise KeyError(f"{name_of(g.index, g.active[k], p)}: its state has no "
-                               f"'{name}' (it has {sorted(st)}): the checkpoint was made by "
-                               "another optimizer or with other options")
+                raise KeyError(
+                    f"{name_of(g.index, g.active[k], p)}: its state has no "
+                    f"'{name}' (it has {sorted(st)}): the checkpoint was made by "
+                    "another optimizer or with other options"
+                )
 
     def _bind_tensor(self, opt, g: Group, k: int, p, st: dict, spec, change, fresh) -> None:
         """Binds tensor `k` of `g`: its state buffers (made where missing) and scalars."""
@@ -287,27 +344,34 @@ class Binding:
                     t = torch.full(shape, initial, dtype=want, device=work.device)
                     fresh.add(id(t))
                 else:  # in the param's layout (torch: zeros_like(p, preserve_format))
-                    t = torch.full_like(p, initial, dtype=want) if mode != STAGED else \
-                        torch.full(p.shape, initial, dtype=want, device=p.device)
+                    t = (
+                        torch.full_like(p, initial, dtype=want)
+                        if mode != STAGED
+                        else torch.full(p.shape, initial, dtype=want, device=p.device)
+                    )
                     fresh.add(id(t))  # new state until a step is applied with it
             else:
                 t = self._checked_state(t, p, work, mode, name, want, where, shape)
             st[name] = t
             buf = local(t)
             self.keep.append(buf.untyped_storage())
-            self.core.bind_state(g.cpp, k, name, buf.data_ptr(), buf.numel(), dtype,
-                                 id(t) in fresh)
+            self.core.bind_state(g.cpp, k, name, buf.data_ptr(), buf.numel(), dtype, id(t) in fresh)
         for name, initial in opt._optfuse_scalar_state():
             s = st.get(name)
-            if not (isinstance(s, torch.Tensor) and s.device.type == "cpu" and s.dim() == 0
-                    and s.dtype in (torch.float32, torch.float64)):
+            if not (
+                isinstance(s, torch.Tensor)
+                and s.device.type == "cpu"
+                and s.dim() == 0
+                and s.dtype in (torch.float32, torch.float64)
+            ):
                 if s is None:
                     s = scalar_initial(initial, opt.param_groups[g.index])
                 s = torch.tensor(float(plain(s)), dtype=scalar_dtype())
                 st[name] = s
             self.keep.append(s.untyped_storage())
-            self.core.bind_scalar(g.cpp, k, name, s.data_ptr(),
-                                  "f64" if s.dtype == torch.float64 else "f32")
+            self.core.bind_scalar(
+                g.cpp, k, name, s.data_ptr(), "f64" if s.dtype == torch.float64 else "f32"
+            )
 
     @staticmethod
     def _checked_state(t, p, work, mode, name, want, where, shape=None) -> torch.Tensor:
@@ -319,21 +383,27 @@ class Binding:
             raise TypeError(f"{where} is a {type(t).__name__}, not a tensor")
         if shape is not None and own_shape(shape, work):
             if tuple(t.shape) != tuple(shape):
-                why = ("one scale per block (was it made with another block_size?)"
-                       if name.endswith(_state8.SCALES) else
-                       "one value per row or column of each matrix of the param's last two dims")
-                raise ValueError(f"{where} has shape {tuple(t.shape)}, the state needs "
-                                 f"{tuple(shape)}: {why}")
+                why = (
+                    "one scale per block (was it made with another block_size?)"
+                    if name.endswith(_state8.SCALES)
+                    else "one value per row or column of each matrix of the param's last two dims"
+                )
+                raise ValueError(
+                    f"{where} has shape {tuple(t.shape)}, the state needs {tuple(shape)}: {why}"
+                )
             if t.dtype != want or t.device != work.device or not t.is_contiguous():
-                t = t.to(dtype=want, device=work.device, memory_format=torch.contiguous_format,
-                         copy=True)
+                t = t.to(
+                    dtype=want, device=work.device, memory_format=torch.contiguous_format, copy=True
+                )
             return t
         if t.shape != p.shape:
             raise ValueError(f"{where} has shape {tuple(t.shape)}, the param {tuple(p.shape)}")
         if mode == DTENSOR:
             if not is_dtensor(t):
-                raise ValueError(f"{where} is a {type(t).__name__} but the param a DTensor: "
-                                 "load sharded state through torch.distributed.checkpoint")
+                raise ValueError(
+                    f"{where} is a {type(t).__name__} but the param a DTensor: "
+                    "load sharded state through torch.distributed.checkpoint"
+                )
             if t.dtype != want or not same_layout(local(t), work):
                 t = torch.empty_like(p, dtype=want).copy_(t)
             return t
@@ -342,7 +412,10 @@ class Binding:
         else:
             layout_ok = same_layout(t, p) and is_dense(t)
         if t.dtype != want or t.device != p.device or not layout_ok:
-            fresh = torch.empty_like(p, dtype=want) if mode != STAGED else torch.empty(
-                p.shape, dtype=want, device=p.device)
+            fresh = (
+                torch.empty_like(p, dtype=want)
+                if mode != STAGED
+                else torch.empty(p.shape, dtype=want, device=p.device)
+            )
             t = fresh.copy_(t)
         return t

@@ -4,6 +4,7 @@ The optimizer is an ``optfuse.torch.Custom`` over the traced rule, so it behaves
 built-ins: param groups, schedulers (every option is a group key), ``state_dict()`` in torch's
 layout, the kernel cache.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional, Union
@@ -20,9 +21,15 @@ class CapturedOptimizer(Custom):
     ``captured`` is the ``CapturedRule``; ``state_init`` and ``host_scalars`` are as given to
     ``from_rule``."""
 
-    def __init__(self, params, fn: Union[Callable, CapturedRule], defaults: Optional[dict] = None,
-                 state_init: Optional[dict] = None,
-                 host_scalars: Optional[Callable[[dict, int], dict]] = None, **kwargs):
+    def __init__(
+        self,
+        params,
+        fn: Union[Callable, CapturedRule],
+        defaults: Optional[dict] = None,
+        state_init: Optional[dict] = None,
+        host_scalars: Optional[Callable[[dict, int], dict]] = None,
+        **kwargs,
+    ):
         captured = rule(fn)
         defaults = {**captured.defaults, **(defaults or {})}
         self.captured = captured
@@ -34,16 +41,20 @@ class CapturedOptimizer(Custom):
             first = dict(host_scalars(dict(defaults), 1))
             clash = sorted(set(first) & set(defaults))
             if clash:
-                raise CaptureError(f"from_rule: host_scalars gives {clash}, which are options "
-                                   "in the defaults too: give each scalar one source")
+                raise CaptureError(
+                    f"from_rule: host_scalars gives {clash}, which are options "
+                    "in the defaults too: give each scalar one source"
+                )
             self._host_names = sorted(first)
             defaults.update({k: float(v) for k, v in first.items()})
         self.state_init = dict(state_init or {})
         unknown = sorted(set(self.state_init) - set(captured.state_names))
         if unknown:
-            raise CaptureError(f"from_rule: state_init names {unknown}, which rule "
-                               f"{captured.name!r} does not take (its state: "
-                               f"{captured.state_names})")
+            raise CaptureError(
+                f"from_rule: state_init names {unknown}, which rule "
+                f"{captured.name!r} does not take (its state: "
+                f"{captured.state_names})"
+            )
         json_rule = captured.to_json(defaults)
         self._rows = captured.row_reductions(defaults)
         super().__init__(params, json_rule, **kwargs)
@@ -75,7 +86,8 @@ class CapturedOptimizer(Custom):
                     f"rule {self.captured.name!r} reduces per row ({self._rows[0]}), which "
                     "optfuse takes over every dim but the first: for tensors of more than 2 "
                     "dims that is not what the function computes eagerly. Flatten such params "
-                    "or keep them in another optimizer.")
+                    "or keep them in another optimizer."
+                )
 
     def _optfuse_initial_state(self, p, name: str, dtype) -> Optional[torch.Tensor]:
         init = self.state_init.get(name)
@@ -84,8 +96,9 @@ class CapturedOptimizer(Custom):
         if callable(init):
             t = init(p)
             if not isinstance(t, torch.Tensor):
-                raise TypeError(f"from_rule: state_init[{name!r}] returned a "
-                                f"{type(t).__name__}, not a tensor")
+                raise TypeError(
+                    f"from_rule: state_init[{name!r}] returned a {type(t).__name__}, not a tensor"
+                )
             return t
         return torch.full_like(p, float(init), dtype=dtype, memory_format=torch.contiguous_format)
 
@@ -98,8 +111,10 @@ class CapturedOptimizer(Custom):
                     continue
                 values = dict(self.host_scalars(group, step))
                 if sorted(values) != self._host_names:
-                    raise CaptureError(f"from_rule: host_scalars gave {sorted(values)} at step "
-                                       f"{step}, {self._host_names} at the start")
+                    raise CaptureError(
+                        f"from_rule: host_scalars gave {sorted(values)} at step "
+                        f"{step}, {self._host_names} at the start"
+                    )
                 group.update({k: float(v) for k, v in values.items()})
         return super().step(closure)
 
@@ -112,10 +127,14 @@ class CapturedOptimizer(Custom):
         return None
 
 
-def from_rule(fn: Union[Callable, CapturedRule], params, defaults: Optional[dict] = None,
-              state_init: Optional[dict] = None,
-              host_scalars: Optional[Callable[[dict, int], dict]] = None,
-              **kwargs) -> CapturedOptimizer:
+def from_rule(
+    fn: Union[Callable, CapturedRule],
+    params,
+    defaults: Optional[dict] = None,
+    state_init: Optional[dict] = None,
+    host_scalars: Optional[Callable[[dict, int], dict]] = None,
+    **kwargs,
+) -> CapturedOptimizer:
     """An optimizer that runs `fn` (a PyTorch update rule, see ``optfuse.torch.capture``) as
     one fused kernel per tensor.
 
@@ -127,5 +146,6 @@ def from_rule(fn: Union[Callable, CapturedRule], params, defaults: Optional[dict
     first-step coefficient), passed to the kernel as scalars named by the dict's keys (keyword
     arguments of `fn`). Other keywords are those of ``optfuse.torch.Custom`` (``max_grad_norm``,
     ``state_dtype``, ...)."""
-    return CapturedOptimizer(params, fn, defaults, state_init=state_init,
-                             host_scalars=host_scalars, **kwargs)
+    return CapturedOptimizer(
+        params, fn, defaults, state_init=state_init, host_scalars=host_scalars, **kwargs
+    )

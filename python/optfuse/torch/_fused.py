@@ -11,26 +11,42 @@ gradients, passes changed hyperparameters (schedulers) on and runs the kernels w
 released, so its Python work does not grow with the number of tensors. When the params with a
 gradient, the groups or the state dicts change, it asks for a new binding (``_binding.py``).
 """
+
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import torch
 
 from .. import _core
 from .._engine import engine
 from . import _state8
-from ._binding import (TORCH_DTYPES, Binding, local, name_of, plain, scalar_dtype,
-                       scalar_initial)
+from ._binding import TORCH_DTYPES, Binding, local, name_of, plain, scalar_dtype, scalar_initial
 
 # Optimizer-wide step features (C++ StepOptions, include/optfuse/optim.h); constructor keywords.
-STEP_OPTIONS = ("max_grad_norm", "norm_type", "error_if_nonfinite", "loss_scale", "init_scale",
-                "growth_factor", "backoff_factor", "growth_interval", "accumulation_steps",
-                "accumulation")
+STEP_OPTIONS = (
+    "max_grad_norm",
+    "norm_type",
+    "error_if_nonfinite",
+    "loss_scale",
+    "init_scale",
+    "growth_factor",
+    "backoff_factor",
+    "growth_interval",
+    "accumulation_steps",
+    "accumulation",
+)
 # Group options every optfuse optimizer takes besides torch's (mixed precision, GC).
-EXTRA_GROUP_OPTIONS = ("state_dtype", "master_weights", "stochastic_rounding", "rounding_seed",
-                       "grad_centralization", "block_size", "min_8bit_size")
+EXTRA_GROUP_OPTIONS = (
+    "state_dtype",
+    "master_weights",
+    "stochastic_rounding",
+    "rounding_seed",
+    "grad_centralization",
+    "block_size",
+    "min_8bit_size",
+)
 _REFUSED_FLAGS = ("capturable", "differentiable")
 # Features that combine all params of the step: under FSDP2 each rank holds a shard of each.
 _GLOBAL_STEP_OPTIONS = ("max_grad_norm", "loss_scale")
@@ -66,8 +82,10 @@ class FusedOptimizer:
     def _optfuse_setup(self, step_options: dict) -> None:
         for flag in _REFUSED_FLAGS:
             if any(g.get(flag, False) for g in self.param_groups):
-                raise ValueError(f"{type(self).__name__}: {flag}=True is not supported by optfuse "
-                                 "(its kernels are already fused; use torch.optim for it)")
+                raise ValueError(
+                    f"{type(self).__name__}: {flag}=True is not supported by optfuse "
+                    "(its kernels are already fused; use torch.optim for it)"
+                )
         self._optfuse_step_options = {k: v for k, v in step_options.items() if v is not None}
         self._optfuse_binding: Optional[Binding] = None
         # torch's fused constructors set this, and GradScaler.step then leaves unscaling and the
@@ -89,7 +107,8 @@ class FusedOptimizer:
 
     def _optfuse_group_keys(self) -> list:
         return list(_core.optimizer_defaults(self._optfuse_config()["type"])) + list(
-            EXTRA_GROUP_OPTIONS)
+            EXTRA_GROUP_OPTIONS
+        )
 
     def _optfuse_scalar_state(self) -> tuple:
         return self._optfuse_scalars
@@ -133,8 +152,10 @@ class FusedOptimizer:
     def add_param_group(self, param_group: dict) -> None:
         for flag in _REFUSED_FLAGS:
             if param_group.get(flag, False):
-                raise ValueError(f"{type(self).__name__}: {flag}=True is not supported by "
-                                 "optfuse (its kernels are already fused; use torch.optim for it)")
+                raise ValueError(
+                    f"{type(self).__name__}: {flag}=True is not supported by "
+                    "optfuse (its kernels are already fused; use torch.optim for it)"
+                )
         _undecorated("add_param_group")(self, param_group)
         if hasattr(self, "_optfuse_step_options"):  # (torch's __init__ adds the first groups)
             self._optfuse_check_options(self.param_groups[-1:])
@@ -173,14 +194,19 @@ class FusedOptimizer:
         for sg, group in zip(saved_groups, self.param_groups):
             # 8-bit codes saved by a group without block_size were made at the default one.
             if "block_size" not in group and any(
-                    isinstance(v, torch.Tensor) and v.dtype == torch.uint8
-                    for i in sg.get("params", []) for v in raw.get(i, {}).values()):
+                isinstance(v, torch.Tensor) and v.dtype == torch.uint8
+                for i in sg.get("params", [])
+                for v in raw.get(i, {}).values()
+            ):
                 group["block_size"] = _state8.DEFAULT_BLOCK
             for k in EXTRA_GROUP_OPTIONS + tuple(getattr(self, "_optfuse_own_options", ())):
                 if k in self.defaults and k not in group:
                     group[k] = self.defaults[k]
-        ids = {i: p for sg, g in zip(saved_groups, self.param_groups)
-               for i, p in zip(sg["params"], g["params"])}
+        ids = {
+            i: p
+            for sg, g in zip(saved_groups, self.param_groups)
+            for i, p in zip(sg["params"], g["params"])
+        }
         # It casts 8-bit state's u8 codes too: they are restored as saved.
         for idx, saved in raw.items():
             p = ids.get(idx)
@@ -188,8 +214,11 @@ class FusedOptimizer:
                 continue
             low = p.dtype in (torch.bfloat16, torch.float16)
             for k, v in saved.items():
-                if isinstance(v, torch.Tensor) and k != "step" and (
-                        v.dtype == torch.uint8 or (low and v.dtype == torch.float32)):
+                if (
+                    isinstance(v, torch.Tensor)
+                    and k != "step"
+                    and (v.dtype == torch.uint8 or (low and v.dtype == torch.float32))
+                ):
                     self.state[p][k] = v.to(device=p.device, copy=True)
         self._optfuse_binding = None
 
@@ -231,8 +260,12 @@ class FusedOptimizer:
     def _optfuse_bind(self) -> Optional[Binding]:
         """A new binding of the params that have gradients (None if none has)."""
         self._optfuse_binding = None
-        with_grad = [(gi, pi, p) for gi, g in enumerate(self.param_groups)
-                     for pi, p in enumerate(g["params"]) if p.grad is not None]
+        with_grad = [
+            (gi, pi, p)
+            for gi, g in enumerate(self.param_groups)
+            for pi, p in enumerate(g["params"])
+            if p.grad is not None
+        ]
         if not with_grad:
             return None
         cuda = self._optfuse_check_params(with_grad)
@@ -245,20 +278,26 @@ class FusedOptimizer:
         for gi, pi, p in with_grad:
             lp = local(p)
             if lp.device != d:
-                raise RuntimeError(f"{name_of(gi, pi, p)}: is on {lp.device} but the first param "
-                                   f"with a gradient is on {d}: one optimizer per device")
+                raise RuntimeError(
+                    f"{name_of(gi, pi, p)}: is on {lp.device} but the first param "
+                    f"with a gradient is on {d}: one optimizer per device"
+                )
             if p.dtype not in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
-                raise TypeError(f"{name_of(gi, pi, p)}: dtype {p.dtype} is not supported "
-                                "(float32, float64, bfloat16, float16)")
+                raise TypeError(
+                    f"{name_of(gi, pi, p)}: dtype {p.dtype} is not supported "
+                    "(float32, float64, bfloat16, float16)"
+                )
             if lp is not p and any(k in self._optfuse_step_options for k in _GLOBAL_STEP_OPTIONS):
                 raise ValueError(
                     f"{type(self).__name__}: max_grad_norm and loss_scale combine every param's "
                     "gradient, but under FSDP2 each rank holds a shard of each: use "
                     "torch.nn.utils.clip_grad_norm_ (it reduces over the ranks) and "
-                    "torch.amp.GradScaler")
+                    "torch.amp.GradScaler"
+                )
         if d.type not in ("cpu", "cuda"):
-            raise RuntimeError(f"{type(self).__name__}: params on {d}: optfuse runs on CPU and "
-                               "CUDA tensors")
+            raise RuntimeError(
+                f"{type(self).__name__}: params on {d}: optfuse runs on CPU and CUDA tensors"
+            )
         return d.type == "cuda"
 
     def _optfuse_idle_state(self, p, b: Binding) -> None:
@@ -277,5 +316,8 @@ class FusedOptimizer:
             for name, dtype, initial, from_param, _, _ in b.core.state_spec(like.cpp):
                 want = TORCH_DTYPES[dtype]
                 if name not in st:
-                    st[name] = p.detach().to(dtype=want, copy=True) if from_param else \
-                        torch.full_like(p, initial, dtype=want)
+                    st[name] = (
+                        p.detach().to(dtype=want, copy=True)
+                        if from_param
+                        else torch.full_like(p, initial, dtype=want)
+                    )

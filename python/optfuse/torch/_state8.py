@@ -6,6 +6,7 @@ C++ library's (``_core.encode_8bit_state`` / ``decode_8bit_state``), so what thi
 is what the kernels read. Conversions are computed aside and returned, never applied here: the
 binding installs them only when every tensor of the group converted (a failure changes nothing).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -42,22 +43,31 @@ def decode(name: str, codes: torch.Tensor, scales, block: int, who: str) -> torc
     if not isinstance(scales, torch.Tensor):
         raise ValueError(f"{who}: 8-bit state '{name}' has no scales ('{name}{SCALES}')")
     if scales.dtype != torch.float32 or scales.numel() != blocks(n, block):
-        raise ValueError(f"{who}: state '{name}{SCALES}' has {scales.numel()} {scales.dtype} "
-                         f"values, the codes of block_size {block} need {blocks(n, block)} "
-                         "float32 ones")
+        raise ValueError(
+            f"{who}: state '{name}{SCALES}' has {scales.numel()} {scales.dtype} "
+            f"values, the codes of block_size {block} need {blocks(n, block)} "
+            "float32 ones"
+        )
     c, s = codes.contiguous(), scales.contiguous()
     values = torch.empty(codes.shape, dtype=torch.float32)
     _core.decode_8bit_state(name, block, c.data_ptr(), s.data_ptr(), n, values.data_ptr())
     return values
 
 
-def conversions(st: dict, spec, old_block: int, block: int, who: str,
-                initial: Callable[[str], Optional[torch.Tensor]]):
+def conversions(
+    st: dict,
+    spec,
+    old_block: int,
+    block: int,
+    who: str,
+    initial: Callable[[str], Optional[torch.Tensor]],
+):
     """What `st` (one param's ``optimizer.state``) must become for the buffers `spec` names:
-    ({name: new tensor, or None to drop it}, the names among them that are new state). Float state to be 8-bit is encoded, 8-bit state to be
-    float is decoded (its scales dropped), 8-bit state at another block size re-encoded, and new
-    8-bit state whose initial values `initial(name)` gives (a rule's state_init) encoded; state
-    the step does not read follows a block size change, decoded. Raises before anything changes.
+    ({name: new tensor, or None to drop it}, the names among them that are new state). Float state
+    to be 8-bit is encoded, 8-bit state to be float is decoded (its scales dropped), 8-bit state at
+    another block size re-encoded, and new 8-bit state whose initial values `initial(name)` gives (a
+    rule's state_init) encoded; state the step does not read follows a block size change, decoded.
+    Raises before anything changes.
     """
     want = {s[0]: s[1] for s in spec}
     out, new = {}, set()

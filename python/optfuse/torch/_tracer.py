@@ -20,6 +20,7 @@ with three differences that keep a capture in milliseconds and exact:
   ``value=``), so those calls are rewritten first (``_ScalarArguments``): ``x.add_(y, alpha=a)``
   becomes ``x.add_(y * a)``, the same maths.
 """
+
 from __future__ import annotations
 
 import linecache
@@ -97,7 +98,9 @@ class _ScalarArguments(TorchFunctionMode):
             return func(x, torch.mul(other, alpha), *rest, **kwargs)
         if name in self._VALUE and isinstance(kwargs.get("value"), torch.Tensor):
             value = kwargs.pop("value")
-            s, t1, t2 = (list(args) + [kwargs.pop("tensor1", None), kwargs.pop("tensor2", None)])[:3]
+            s, t1, t2 = (list(args) + [kwargs.pop("tensor1", None), kwargs.pop("tensor2", None)])[
+                :3
+            ]
             term = torch.mul(getattr(torch, self._VALUE[name])(t1, t2), value)
             return s.add_(term) if name.endswith("_") else torch.add(s, term)
         return func(*args, **kwargs)
@@ -127,10 +130,12 @@ class _Recorder(TorchDispatchMode):
                 return node
             if fresh and a.numel() == 1:
                 return a.item() if a.dtype != torch.bool else bool(a.item())
-            raise CaptureError(f"{self.where()}a tensor that is neither an argument of the rule "
-                               "nor computed from them (a global, or a closure's tensor) is used "
-                               f"there (shape {tuple(a.shape)}): its value would be baked in; "
-                               "make it an option (a scalar) or state")
+            raise CaptureError(
+                f"{self.where()}a tensor that is neither an argument of the rule "
+                "nor computed from them (a global, or a closure's tensor) is used "
+                f"there (shape {tuple(a.shape)}): its value would be baked in; "
+                "make it an option (a scalar) or state"
+            )
         if isinstance(a, (list, tuple)):
             return type(a)(self.arg(x, fresh) for x in a)
         return a
@@ -147,8 +152,12 @@ class _Recorder(TorchDispatchMode):
         if not isinstance(func, torch._ops.OpOverload) or func.namespace != "aten":
             return out  # prim.device and the like: no values
         fresh = func in (aten.lift_fresh.default, aten.lift_fresh_copy.default)
-        node = self.graph.create_node("call_function", func, self.arg(tuple(args), fresh),
-                                      {k: self.arg(v) for k, v in kwargs.items()})
+        node = self.graph.create_node(
+            "call_function",
+            func,
+            self.arg(tuple(args), fresh),
+            {k: self.arg(v) for k, v in kwargs.items()},
+        )
         node.meta["val"] = out
         node.meta["stack_trace"] = user_line(self.fn)
         if isinstance(out, torch.Tensor):
@@ -163,10 +172,12 @@ class _Recorder(TorchDispatchMode):
 def _to_number_message(fn: Callable) -> str:
     at = location(fn)
     at = f" at {at}" if at else ""
-    return (f"rule {getattr(fn, '__name__', 'rule')!r}{at}: a scalar (a hyperparameter or the "
-            "step) was made a Python number or a Python bool there (float(), math.*, .item(), "
-            "`if`, `and` / `or`): optfuse keeps scalars as runtime values, so write it with "
-            "torch ops (x.sqrt(), x ** 0.5, torch.where, torch.maximum)")
+    return (
+        f"rule {getattr(fn, '__name__', 'rule')!r}{at}: a scalar (a hyperparameter or the "
+        "step) was made a Python number or a Python bool there (float(), math.*, .item(), "
+        "`if`, `and` / `or`): optfuse keeps scalars as runtime values, so write it with "
+        "torch ops (x.sqrt(), x ** 0.5, torch.where, torch.maximum)"
+    )
 
 
 def trace(fn: Callable, names: list, examples: list, call: Callable[[list], Any]):

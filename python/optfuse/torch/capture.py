@@ -37,6 +37,7 @@ with ``keepdim=True``) is optfuse's per-row reduction (``row_mean`` ...), which 
 more than 2 dims covers all but its first dim; ``from_rule`` refuses such tensors for a rule
 with row reductions rather than give them another meaning than eager torch would.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -79,8 +80,7 @@ class CapturedRule:
     function eagerly; ``to_json()`` gives the rule form ``optfuse.torch.Custom`` takes;
     ``explain()`` prints what optfuse makes of it."""
 
-    def __init__(self, fn: Callable, name: Optional[str] = None,
-                 defaults: Optional[dict] = None):
+    def __init__(self, fn: Callable, name: Optional[str] = None, defaults: Optional[dict] = None):
         self.fn = fn
         self.name = name or fn.__name__
         self.defaults = dict(defaults or {})
@@ -110,8 +110,10 @@ class CapturedRule:
         tensors, scalars, unmarked = [], [], []
         for prm in inspect.signature(fn).parameters.values():
             if prm.kind in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD):
-                raise CaptureError(f"{where}: *{prm.name} / **{prm.name}: name every tensor "
-                                   "and every scalar the rule takes")
+                raise CaptureError(
+                    f"{where}: *{prm.name} / **{prm.name}: name every tensor "
+                    "and every scalar the rule takes"
+                )
             if prm.kind == prm.KEYWORD_ONLY:
                 scalars.append(prm.name)
                 continue
@@ -127,13 +129,17 @@ class CapturedRule:
             t[1] = "state"
         clash = [n for n, r in tensors if r == "state" and n in ("param", "grad")]
         if clash:
-            raise CaptureError(f"{where}: a state tensor may not be named {clash[0]!r} (the "
-                               "graph's name for the param and the gradient)")
+            raise CaptureError(
+                f"{where}: a state tensor may not be named {clash[0]!r} (the "
+                "graph's name for the param and the gradient)"
+            )
         for want in ("param", "grad"):
             count = sum(r == want for _, r in tensors)
             if count != 1:
-                raise CaptureError(f"{where}: takes {count} {want} tensors; a rule takes one "
-                                   "param and one gradient (positional), then its state")
+                raise CaptureError(
+                    f"{where}: takes {count} {want} tensors; a rule takes one "
+                    "param and one gradient (positional), then its state"
+                )
         return [tuple(t) for t in tensors], scalars
 
     # ---- tracing ------------------------------------------------------------------------------
@@ -151,7 +157,8 @@ class CapturedRule:
                     f"rule {self.name!r}: keyword argument {k!r} is neither an option in the "
                     f"defaults ({sorted(defaults)}) nor a built-in scalar (step, "
                     "bias_correctionK); a per-step value goes in host_scalars (explain() and "
-                    "from_rule() take it)")
+                    "from_rule() take it)"
+                )
         return out
 
     def trace(self, defaults: Optional[dict] = None):
@@ -171,8 +178,8 @@ class CapturedRule:
         returned = {}
 
         def call(args):
-            tensors = dict(zip(names, args[:len(names)]))
-            it = iter(args[len(names):])
+            tensors = dict(zip(names, args[: len(names)]))
+            it = iter(args[len(names) :])
             kw = {}
             for k, ss in layout:
                 vals = [next(it) for _ in ss]
@@ -182,8 +189,9 @@ class CapturedRule:
             return [v for _, v in targets]
 
         examples = [torch.zeros(EXAMPLE_SHAPE) for _ in names]
-        examples += [torch.tensor(False) if k in bools else torch.tensor(0.5)
-                     for k, ss in layout for _ in ss]
+        examples += [
+            torch.tensor(False) if k in bools else torch.tensor(0.5) for k, ss in layout for _ in ss
+        ]
         # The param and gradient are "param" and "grad" in the graph, as in the library's
         # (kernel keys include input names); state keeps its name: it is optimizer.state's.
         graph_name = {self.param: "param", self.grad: "grad"}
@@ -195,8 +203,12 @@ class CapturedRule:
             raise
         except Exception as e:  # noqa: BLE001  (torch raises many kinds; all are the user's)
             raise CaptureError(self._trace_failure(e)) from e
-        graph, info = convert_graph(fx_graph, self.name, inputs,
-                                    [graph_name.get(n, n) for n, _ in returned.get("layout", [])])
+        graph, info = convert_graph(
+            fx_graph,
+            self.name,
+            inputs,
+            [graph_name.get(n, n) for n, _ in returned.get("layout", [])],
+        )
         return fx_graph, graph, info
 
     def _returned(self, out) -> list:
@@ -209,24 +221,32 @@ class CapturedRule:
         if isinstance(out, dict):
             bad = sorted(set(out) - set(names))
             if bad:
-                raise CaptureError(f"rule {self.name!r} returned {bad}, which are not among its "
-                                   f"tensor arguments {names}")
+                raise CaptureError(
+                    f"rule {self.name!r} returned {bad}, which are not among its "
+                    f"tensor arguments {names}"
+                )
             return [(k, v) for k, v in out.items() if v is not None]
         if isinstance(out, (tuple, list)):
             order = [self.param] + self.state_names
             if len(out) > len(order):
-                raise CaptureError(f"rule {self.name!r} returned {len(out)} values; a tuple "
-                                   f"gives new values of {order} in that order")
+                raise CaptureError(
+                    f"rule {self.name!r} returned {len(out)} values; a tuple "
+                    f"gives new values of {order} in that order"
+                )
             return [(k, v) for k, v in zip(order, out) if v is not None]
-        raise CaptureError(f"rule {self.name!r} returned a {type(out).__name__}: return None "
-                           "(in-place updates), the new param, a tuple (param, *state) or a dict")
+        raise CaptureError(
+            f"rule {self.name!r} returned a {type(out).__name__}: return None "
+            "(in-place updates), the new param, a tuple (param, *state) or a dict"
+        )
 
     def _trace_failure(self, e: Exception) -> str:
         line = _user_line(e.__traceback__, self.fn)
         at = f" at {line}" if line else ""
         text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"rule {self.name!r}{at}: running it on example tensors failed: " \
-               f"{type(e).__name__}: {text}"
+        return (
+            f"rule {self.name!r}{at}: running it on example tensors failed: "
+            f"{type(e).__name__}: {text}"
+        )
 
     # ---- what optfuse makes of it -------------------------------------------------------------
     def to_json(self, defaults: Optional[dict] = None) -> dict:
@@ -239,8 +259,12 @@ class CapturedRule:
         """The per-row reductions of the traced graph, as 'op at line' strings."""
         return self.trace(defaults)[2]["rows"]
 
-    def explain(self, defaults: Optional[dict] = None, file=None,
-                host_scalars: Optional[Callable[[dict, int], dict]] = None) -> dict:
+    def explain(
+        self,
+        defaults: Optional[dict] = None,
+        file=None,
+        host_scalars: Optional[Callable[[dict, int], dict]] = None,
+    ) -> dict:
         """Prints the traced aten graph, optfuse's graph, the idioms matched and host scalars,
         the canonical graph, the fusion clusters and each kernel's key (for the CPU engine);
         returns the same as a dict (``kernel_keys``: the keys in cluster order).
@@ -264,8 +288,9 @@ class CapturedRule:
         return a
 
 
-def rule(fn: Optional[Callable] = None, *, name: Optional[str] = None,
-         defaults: Optional[dict] = None):
+def rule(
+    fn: Optional[Callable] = None, *, name: Optional[str] = None, defaults: Optional[dict] = None
+):
     """Marks a PyTorch function as an optfuse update rule (module doc); as ``@rule`` or
     ``@rule(name=..., defaults=...)``. The function still runs eagerly when called."""
     if fn is None:
@@ -292,6 +317,7 @@ def _user_line(tb, fn: Callable) -> str:
     for frame, lineno in _walk(tb):
         if code is not None and frame.f_code is code:
             import linecache
+
             src = linecache.getline(frame.f_code.co_filename, lineno).strip()
             found = f"{frame.f_code.co_filename}:{lineno}: {src}"
     return found

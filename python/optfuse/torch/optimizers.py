@@ -7,21 +7,43 @@ it runs optfuse's fused kernels. Every constructor also takes the keywords in
 and every param group the options in ``EXTRA_GROUP_OPTIONS`` (``state_dtype="bf16"``,
 ``grad_centralization=True``, ...).
 """
+
 from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Union
 
 import torch
 from torch.optim import Optimizer
 
 from ._binding import Binding
+
+if TYPE_CHECKING:
+    import optfuse.rule
 from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
 
-__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
-           "Adadelta", "ASGD", "Rprop", "Adafactor", "SparseAdam", "Muon", "LBFGS",
-           "Lion", "LAMB", "LARS", "Custom"]
+__all__ = [
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Adagrad",
+    "RMSprop",
+    "Adamax",
+    "NAdam",
+    "RAdam",
+    "Adadelta",
+    "ASGD",
+    "Rprop",
+    "Adafactor",
+    "SparseAdam",
+    "Muon",
+    "LBFGS",
+    "Lion",
+    "LAMB",
+    "LARS",
+    "Custom",
+]
 
 
 def _set_group_defaults(opt: Optimizer, options: dict) -> None:
@@ -34,8 +56,9 @@ def _set_group_defaults(opt: Optimizer, options: dict) -> None:
 
 def _drop_in(cls):
     """Gives `cls` its torch base class's constructor plus the optfuse step keywords."""
-    base = next(c for c in cls.__mro__[1:]
-                if issubclass(c, Optimizer) and not issubclass(c, FusedOptimizer))
+    base = next(
+        c for c in cls.__mro__[1:] if issubclass(c, Optimizer) and not issubclass(c, FusedOptimizer)
+    )
 
     # The class's own group options: name -> a function giving the default (for None).
     own = getattr(cls, "_optfuse_own_options", {})
@@ -51,8 +74,10 @@ def _drop_in(cls):
         self._optfuse_setup(step)
 
     sig = inspect.signature(base.__init__)
-    extra = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None)
-             for k in STEP_OPTIONS + EXTRA_GROUP_OPTIONS + tuple(own)]
+    extra = [
+        inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None)
+        for k in STEP_OPTIONS + EXTRA_GROUP_OPTIONS + tuple(own)
+    ]
     __init__.__signature__ = sig.replace(parameters=list(sig.parameters.values()) + extra)
     __init__.__doc__ = base.__init__.__doc__
     cls.__init__ = __init__
@@ -77,8 +102,10 @@ class Adam(FusedOptimizer, torch.optim.Adam):
     def _optfuse_config(self) -> dict:
         decoupled = {bool(g.get("decoupled_weight_decay", False)) for g in self.param_groups}
         if len(decoupled) > 1:
-            raise ValueError("Adam: param groups differ in decoupled_weight_decay: optfuse needs "
-                             "one value per optimizer (use two optimizers)")
+            raise ValueError(
+                "Adam: param groups differ in decoupled_weight_decay: optfuse needs "
+                "one value per optimizer (use two optimizers)"
+            )
         kind = "adamw" if decoupled == {True} else "adam"
         return {**super()._optfuse_config(), "type": kind}
 
@@ -188,18 +215,21 @@ class SparseAdam(FusedOptimizer, torch.optim.SparseAdam):
             for k, p in enumerate(g.params):
                 grad = p.grad
                 if not grad.is_sparse:
-                    raise RuntimeError("SparseAdam does not support dense gradients, please "
-                                       "consider Adam instead")
+                    raise RuntimeError(
+                        "SparseAdam does not support dense gradients, please consider Adam instead"
+                    )
                 grad = grad.coalesce()
                 if grad.sparse_dim() != 1 or grad.dtype != torch.float32:
                     raise RuntimeError(
                         f"param group {g.index}, param {g.active[k]}: optfuse's SparseAdam takes "
                         "float32 gradients sparse in the first dimension only (sparse_dim 1, "
-                        f"as nn.Embedding gives); got sparse_dim {grad.sparse_dim()}, {grad.dtype}")
+                        f"as nn.Embedding gives); got sparse_dim {grad.sparse_dim()}, {grad.dtype}"
+                    )
                 rows = grad.indices()[0].contiguous()
                 values = grad.values().contiguous()
-                b.core.set_sparse_grad(g.cpp, k, rows.data_ptr(), rows.numel(),
-                                       values.data_ptr(), values.numel())
+                b.core.set_sparse_grad(
+                    g.cpp, k, rows.data_ptr(), rows.numel(), values.data_ptr(), values.numel()
+                )
                 g.sparse_keep.append((rows, values))
 
 
@@ -240,9 +270,11 @@ class LBFGS(torch.optim.LBFGS):
     def __init__(self, params, *args, **kwargs):
         ours = sorted(k for k in kwargs if k in STEP_OPTIONS or k in EXTRA_GROUP_OPTIONS)
         if ours:
-            raise ValueError(f"LBFGS: {ours} are optfuse step options, and LBFGS runs torch's own "
-                             "algorithm (its line search needs the closure's exact gradients): "
-                             "clip or scale them in the closure instead")
+            raise ValueError(
+                f"LBFGS: {ours} are optfuse step options, and LBFGS runs torch's own "
+                "algorithm (its line search needs the closure's exact gradients): "
+                "clip or scale them in the closure instead"
+            )
         super().__init__(params, *args, **kwargs)
 
 
@@ -276,8 +308,9 @@ class Lion(_Extra):
     _optfuse_type = "lion"
     _optfuse_scalars = ()
 
-    def __init__(self, params, lr: float = 1e-4, betas=(0.9, 0.99), weight_decay: float = 0.0,
-                 **step):
+    def __init__(
+        self, params, lr: float = 1e-4, betas=(0.9, 0.99), weight_decay: float = 0.0, **step
+    ):
         _check(0.0 <= lr, f"Invalid learning rate: {lr}")
         _check_betas(betas)
         _check(0.0 <= weight_decay, f"Invalid weight_decay value: {weight_decay}")
@@ -290,17 +323,34 @@ class LAMB(_Extra):
 
     _optfuse_type = "lamb"
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6,
-                 weight_decay: float = 0.01, bias_correction: bool = True,
-                 max_trust_ratio: float = 0.0, **step):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        bias_correction: bool = True,
+        max_trust_ratio: float = 0.0,
+        **step,
+    ):
         _check(0.0 <= lr, f"Invalid learning rate: {lr}")
         _check(0.0 <= eps, f"Invalid epsilon value: {eps}")
         _check_betas(betas)
         _check(0.0 <= weight_decay, f"Invalid weight_decay value: {weight_decay}")
         _check(0.0 <= max_trust_ratio, f"Invalid max_trust_ratio value: {max_trust_ratio}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      bias_correction=bias_correction,
-                                      max_trust_ratio=max_trust_ratio), step)
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                betas=betas,
+                eps=eps,
+                weight_decay=weight_decay,
+                bias_correction=bias_correction,
+                max_trust_ratio=max_trust_ratio,
+            ),
+            step,
+        )
 
 
 class LARS(_Extra):
@@ -310,15 +360,32 @@ class LARS(_Extra):
     _optfuse_type = "lars"
     _optfuse_scalars = ()
 
-    def __init__(self, params, lr: float = 0.1, momentum: float = 0.9, weight_decay: float = 0.0,
-                 trust_coefficient: float = 0.001, eps: float = 1e-8, **step):
+    def __init__(
+        self,
+        params,
+        lr: float = 0.1,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        trust_coefficient: float = 0.001,
+        eps: float = 1e-8,
+        **step,
+    ):
         _check(0.0 <= lr, f"Invalid learning rate: {lr}")
         _check(0.0 <= momentum, f"Invalid momentum value: {momentum}")
         _check(0.0 <= weight_decay, f"Invalid weight_decay value: {weight_decay}")
         _check(0.0 <= trust_coefficient, f"Invalid trust_coefficient value: {trust_coefficient}")
         _check(0.0 <= eps, f"Invalid epsilon value: {eps}")
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
-                                      trust_coefficient=trust_coefficient, eps=eps), step)
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                momentum=momentum,
+                weight_decay=weight_decay,
+                trust_coefficient=trust_coefficient,
+                eps=eps,
+            ),
+            step,
+        )
 
 
 class Custom(_Extra):
@@ -345,16 +412,21 @@ class Custom(_Extra):
                     text = f.read()
             rule = json.loads(text)
         if not isinstance(rule, dict) or "defaults" not in rule or "graph" not in rule:
-            raise ValueError("Custom: rule must have 'name', 'defaults' and 'graph' "
-                             "(docs/graph-json.md)")
+            raise ValueError(
+                "Custom: rule must have 'name', 'defaults' and 'graph' (docs/graph-json.md)"
+            )
         step = {k: kwargs.pop(k) for k in STEP_OPTIONS + EXTRA_GROUP_OPTIONS if k in kwargs}
         unknown = sorted(set(kwargs) - set(rule["defaults"]))
         if unknown:
-            raise TypeError(f"Custom: unknown option(s) {unknown} for rule "
-                            f"'{rule.get('name', '?')}' (it has {sorted(rule['defaults'])})")
+            raise TypeError(
+                f"Custom: unknown option(s) {unknown} for rule "
+                f"'{rule.get('name', '?')}' (it has {sorted(rule['defaults'])})"
+            )
         self._optfuse_rule = rule
-        defaults = {k: (tuple(v) if isinstance(v, list) else v)
-                    for k, v in {**rule["defaults"], **kwargs}.items()}
+        defaults = {
+            k: (tuple(v) if isinstance(v, list) else v)
+            for k, v in {**rule["defaults"], **kwargs}.items()
+        }
         super().__init__(params, defaults, step)
 
     def __getstate__(self) -> dict:  # (copy.deepcopy, pickle): the rule too
