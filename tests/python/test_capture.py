@@ -409,7 +409,7 @@ def test_a_scalar_made_a_python_number_is_an_error_at_its_line():
         p.sub_(lr / math.sqrt(1 - 0.999**step) * grad)
 
     msg = _error(adam_math)
-    assert "math.sqrt(1 - 0.999 ** step)" in msg
+    assert "math.sqrt(1 - 0.999**step)" in msg  # (the line as written)
     assert "write it with torch ops" in msg
 
     def branchy(p, grad, *, lr):
