@@ -10,11 +10,13 @@
 #include "optfuse/error.h"
 #include "support/engine.h"
 #include "support/gen.h"
+#include "support/optim_util.h"
 #include "support/run_kernel.h"
 
 namespace optfuse {
 namespace {
 
+using testing::error_of;
 using testing::expect_close;
 using testing::gen;
 using ::testing::HasSubstr;
@@ -24,18 +26,6 @@ using testing::Scalars;
 using testing::Tensors;
 
 Engine& engine() { return testing::shared_engine(); }
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("internal error")));
-    return e.what();
-  }
-  ADD_FAILURE() << "no optfuse::Error thrown";
-  return "";
-}
 
 std::vector<double> values(uint32_t seed, size_t n, double scale = 1) {
   std::vector<double> v(n);

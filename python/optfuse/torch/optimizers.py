@@ -18,10 +18,10 @@ import torch
 from torch.optim import Optimizer
 
 from ._binding import Binding
+from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
 
 if TYPE_CHECKING:
     import optfuse.rule
-from ._fused import EXTRA_GROUP_OPTIONS, STEP_OPTIONS, FusedOptimizer
 
 __all__ = [
     "SGD",
