@@ -1,6 +1,9 @@
 // The per-step driver (torch_step.h), reading torch tensors through torch_tensors.h.
 #include "torch_step.h"
 
+#include <ATen/core/DimVector.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/TensorImpl.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
@@ -23,6 +26,32 @@ bool same_spec(const std::vector<Optimizer::StateSpec>& a,
   });
 }
 
+// `a` == `b`, element by element (IntArrayRef's == calls memcmp, which costs more than the
+// one to four dims a param has).
+bool same_dims(at::IntArrayRef a, at::IntArrayRef b) {
+  if (a.size() != b.size()) return false;
+  for (size_t d = 0; d < b.size(); ++d)
+    if (a[d] != b[d]) return false;
+  return true;
+}
+
+// Asks for the cache lines of the `bytes` at `p` (an object from malloc may straddle a line).
+void prefetch(const void* p, size_t bytes) {
+  const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  for (uintptr_t a = first; a < reinterpret_cast<uintptr_t>(p) + bytes; a += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(a));
+}
+
+// The AutogradMeta behind a tensor's autograd_meta() (torch's only kind), or null.
+torch::autograd::AutogradMeta* meta_of(const c10::TensorImpl* t) {
+  return static_cast<torch::autograd::AutogradMeta*>(t->autograd_meta());
+}
+
+c10::TensorImpl* grad_impl(const c10::TensorImpl* param) {
+  const torch::autograd::AutogradMeta* meta = meta_of(param);
+  return meta ? meta->grad_.unsafeGetTensorImpl() : nullptr;
+}
+
 }  // namespace
 
 struct TorchStep::Impl {
@@ -30,11 +59,16 @@ struct TorchStep::Impl {
   struct Tensor {
     BoundParam bound;
     Ref param, work;
+    // torch's tensors behind them, held so that a step reads no Python object: the param (its
+    // gradient, its autograd version) and the tensor whose layout is checked (the param if
+    // staged, else the work tensor the kernels update).
+    at::Tensor self, checked;
+    c10::TensorImpl* impl = nullptr;  // self's
     bool dtensor = false, staged = false;
     // The param's memory and layout when bound (for a staged one, the param's own; else the
     // work tensor's, which the kernels update).
     const void* data = nullptr;
-    std::vector<int64_t> sizes, strides;
+    at::DimVector sizes, strides;  // inline: no miss of their own
     at::ScalarType dtype = at::kFloat;
     at::Device device{at::kCPU};
     int64_t numel = 0;
@@ -58,6 +92,10 @@ struct TorchStep::Impl {
 
   Optimizer* opt = nullptr;
   std::vector<Tensor> tensors;
+  // The torch params whose having a gradient same_binding checks (the others' the per-tensor
+  // check reads anyway), with what they had when bound.
+  std::vector<std::pair<PyObject*, bool>> grad_watch;
+  std::vector<const c10::TensorImpl*> impls;  // tensors[i].impl, packed for prefetch_ahead
   std::vector<Group> groups;
   std::vector<Ref> idle_steps;
   bool dense_grads = true;
@@ -67,6 +105,7 @@ struct TorchStep::Impl {
 
   void snapshot_state();
   bool same_binding(PyObject* pg, PyObject* st) const;
+  void prefetch_ahead(size_t i) const;
   bool param_unchanged(const Tensor& t) const;
   void* grad_memory(Tensor& t);
   bool sync(size_t group, PyObject* dict, bool* blocking);
@@ -90,11 +129,11 @@ bool TorchStep::Impl::same_binding(PyObject* pg, PyObject* st) const {
     PyObject* ps = PyDict_GetItem(d, params_key);
     if (!ps || !PyList_Check(ps) || static_cast<size_t>(PyList_GET_SIZE(ps)) != tg.params.size())
       return false;
-    for (size_t k = 0; k < tg.params.size(); ++k) {
-      PyObject* p = PyList_GET_ITEM(ps, k);
-      if (p != tg.params[k].get() || tensor(p).grad().defined() != tg.has_grad[k]) return false;
-    }
+    for (size_t k = 0; k < tg.params.size(); ++k)
+      if (PyList_GET_ITEM(ps, k) != tg.params[k].get()) return false;
   }
+  for (const auto& [p, had] : grad_watch)
+    if (tensor(p).grad().defined() != had) return false;
   // The same state dict for every param (del or assignment of optimizer.state[p], as
   // ZeroRedundancyOptimizer's load does, shows as another entry or order).
   if (!PyDict_Check(st) || static_cast<size_t>(PyDict_GET_SIZE(st)) != state_entries.size())
@@ -116,13 +155,50 @@ bool TorchStep::Impl::param_unchanged(const Tensor& t) const {
     Ref local = local_of(t.param.get());
     if (local.get() != t.work.get()) return false;
   }
-  const at::Tensor& p = tensor(t.staged ? t.param.get() : t.work.get());
-  return p.data_ptr() == t.data && p.sizes() == at::IntArrayRef(t.sizes) &&
-         p.strides() == at::IntArrayRef(t.strides) && p.scalar_type() == t.dtype &&
-         p.device() == t.device;
+  const at::Tensor& p = t.checked;
+  return p.data_ptr() == t.data && same_dims(p.sizes(), t.sizes) &&
+         same_dims(p.strides(), t.strides) && p.scalar_type() == t.dtype && p.device() == t.device;
+}
+
+// Torch's metadata for a param sits behind a chain of pointers (the param's TensorImpl, its
+// AutogradMeta, the gradient's TensorImpl, the gradient's StorageImpl), and the kernels' pass
+// over memory evicts all of it between steps: unaided, each tensor's check waits for those
+// misses one after another. Checking tensor i, this asks for each link of the chain a few
+// tensors ahead, each from the one fetched a stage before (only addresses are read here; a
+// prefetch never faults).
+void TorchStep::Impl::prefetch_ahead(size_t i) const {
+  const size_t n = impls.size();
+  if (i + 16 < n) prefetch(impls[i + 16], sizeof(c10::TensorImpl));
+  if (i + 11 < n) {
+    const c10::TensorImpl* p = impls[i + 11];
+    if (const torch::autograd::AutogradMeta* meta = meta_of(p))
+      prefetch(&meta->grad_, sizeof(meta->grad_));
+    prefetch(p->unsafe_storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
+  }
+  if (i + 6 < n) prefetch(grad_impl(impls[i + 6]), sizeof(c10::TensorImpl));
+  if (i + 2 < n)
+    if (const c10::TensorImpl* g = grad_impl(impls[i + 2]))
+      prefetch(g->unsafe_storage().unsafeGetStorageImpl(), sizeof(c10::StorageImpl));
 }
 
 void* TorchStep::Impl::grad_memory(Tensor& t) {
+  // The common case in full, cheaply: a direct param's gradient in the param's own layout, as
+  // bound, with storage that reaches its last element. Anything else takes kernel_grad's
+  // general check (and its messages).
+  if (!t.dtensor && !t.staged) {
+    const at::Tensor& g = t.impl->grad();
+    if (g.defined() && g.layout() == at::kStrided && g.scalar_type() == t.grad_type &&
+        g.device() == t.device && same_dims(g.sizes(), t.sizes) &&
+        same_dims(g.strides(), t.strides) && g.has_storage()) {
+      const c10::StorageImpl* s = g.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+      if (s && s->data() != nullptr &&
+          (g.storage_offset() + t.numel) * static_cast<int64_t>(g.itemsize()) <=
+              static_cast<int64_t>(s->nbytes())) {
+        t.grad_copy = at::Tensor();
+        return g.data_ptr();
+      }
+    }
+  }
   KernelGrad g =
       kernel_grad(t.param.get(), tensor(t.work.get()), t.dtensor, t.grad_type, t.bound.name);
   t.grad_copy = std::move(g.copy);
@@ -199,18 +275,32 @@ TorchStep::TorchStep(Optimizer* opt, std::vector<BoundParam> params, std::vector
     t.work = Ref(b.work);
     t.dtensor = b.mode == ParamMode::DTensor;
     t.staged = b.mode == ParamMode::Staged;
-    const at::Tensor& p = tensor(t.staged ? b.param : b.work);
+    t.self = tensor(b.param);
+    t.impl = t.self.unsafeGetTensorImpl();
+    t.checked = tensor(t.staged ? b.param : b.work);
+    const at::Tensor& p = t.checked;
     t.data = p.data_ptr();
-    t.sizes = p.sizes().vec();
-    t.strides = p.strides().vec();
+    t.sizes = at::DimVector(p.sizes());
+    t.strides = at::DimVector(p.strides());
     t.dtype = p.scalar_type();
     t.device = p.device();
     t.numel = p.numel();
     t.grad_type = scalar_type(b.grad_dtype);
     t.grad_ptr = b.grad_ptr;
     t.bound = std::move(b);
+    m.impls.push_back(t.impl);
     m.tensors.push_back(std::move(t));
   }
+  // A bound param's gradient is read by every step's check; the others' only for whether they
+  // gained one (or, for SparseAdam, whose gradients Python binds, every param's).
+  std::vector<PyObject*> checked;
+  if (dense_grads)
+    for (const Impl::Tensor& t : m.tensors) checked.push_back(t.param.get());
+  std::sort(checked.begin(), checked.end());
+  for (const Impl::TorchGroup& tg : m.torch_groups)
+    for (size_t k = 0; k < tg.params.size(); ++k)
+      if (!std::binary_search(checked.begin(), checked.end(), tg.params[k].get()))
+        m.grad_watch.emplace_back(tg.params[k].get(), tg.has_grad[k]);
   for (BoundGroup& b : groups) {
     Impl::Group g;
     g.synced = Ref(b.synced);
@@ -233,26 +323,35 @@ void TorchStep::restated(size_t group, PyObject* state) {
 
 Outcome TorchStep::step(PyObject* param_groups, PyObject* state, void* cuda_stream) {
   Impl& m = *impl_;
+  // The copies of staged params and the idle step counters are no part of autograd's graph.
+  at::NoGradGuard no_grad;
   Outcome out;
   if (!m.same_binding(param_groups, state)) {
     out.kind = Outcome::Kind::Rebind;
     return out;
   }
-  // 1. Params: any moved since they were bound (p.data = ...) bind again; a resized one no
-  // longer fits its state.
-  for (const Impl::Tensor& t : m.tensors) {
-    if (m.param_unchanged(t)) continue;
-    const int64_t n = tensor(t.staged ? t.param.get() : t.work.get()).numel();
-    if (!t.dtensor && n != t.numel)
-      throw ValueError(t.bound.name + ": was resized since its state was made (" +
-                       std::to_string(t.numel) + " elements then, " + std::to_string(n) +
-                       " now); nothing was updated");
-    out.kind = Outcome::Kind::Rebind;
-    return out;
+  // 1-2. Each param, then its gradient, in one pass over the tensors: a param that moved since
+  // it was bound (p.data = ...) or lost its gradient binds again; a resized one no longer fits
+  // its state. Every gradient is checked before any is rebound.
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    m.prefetch_ahead(i);
+    Impl::Tensor& t = m.tensors[i];
+    if (!m.param_unchanged(t)) {
+      const int64_t n = t.checked.numel();
+      if (!t.dtensor && n != t.numel)
+        throw ValueError(t.bound.name + ": was resized since its state was made (" +
+                         std::to_string(t.numel) + " elements then, " + std::to_string(n) +
+                         " now); nothing was updated");
+      out.kind = Outcome::Kind::Rebind;
+      return out;
+    }
+    if (!m.dense_grads) continue;
+    if (!t.impl->grad().defined()) {
+      out.kind = Outcome::Kind::Rebind;
+      return out;
+    }
+    t.next_grad = m.grad_memory(t);
   }
-  // 2. Gradients, every one checked before any is rebound.
-  if (m.dense_grads)
-    for (Impl::Tensor& t : m.tensors) t.next_grad = m.grad_memory(t);
   // 3. Hyperparameters; a group whose state buffers changed goes back to Python.
   for (size_t k = 0; k < m.groups.size(); ++k) {
     Impl::Group& g = m.groups[k];
@@ -293,12 +392,18 @@ Outcome TorchStep::step(PyObject* param_groups, PyObject* state, void* cuda_stre
   }
   PyEval_RestoreThread(thread);
   if (out.result.applied()) {
-    for (const Impl::Tensor& t : m.tensors) {
-      const at::Tensor& p = tensor(t.param.get());
-      if (t.staged) const_cast<at::Tensor&>(p).copy_(tensor(t.work.get()));
+    const size_t n = m.tensors.size();
+    for (size_t i = 0; i < n; ++i) {
+      // The kernels' pass evicted the params' TensorImpls: ask for them a few tensors ahead.
+      if (i + 6 < n) {
+        const c10::VariableVersion& v = m.impls[i + 6]->version_counter();
+        prefetch(&v, sizeof(v));
+      }
+      Impl::Tensor& t = m.tensors[i];
+      if (t.staged) t.self.copy_(tensor(t.work.get()));
       // The kernels wrote the params in place: autograd must see them as changed, as after
       // torch's own in-place updates (a graph saved before the step then refuses backward).
-      torch::autograd::impl::bump_version(p);
+      torch::autograd::impl::bump_version(t.self);
     }
     for (const Ref& s : m.idle_steps) const_cast<at::Tensor&>(tensor(s.get())).add_(1);
   }

@@ -3,6 +3,10 @@ against torch doing the same thing (bounds as in test_trajectories.py unless sta
 
 import pytest
 import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 import optfuse.torch as oft
 from conftest import grad_for, lockstep, make_params, max_abs
@@ -57,6 +61,50 @@ def test_step_hooks_fire():
     p.grad = torch.ones(10)
     opt.step()
     assert seen == ["pre", "post"]
+
+
+def test_global_step_hooks_and_the_profiler_range():
+    # optfuse's step() skips torch's wrapper when nothing would see it: the global hooks, a
+    # capturing rule's step and a profiler must still each see one step.
+    seen = []
+    handles = [
+        register_optimizer_step_pre_hook(lambda o, a, k: seen.append("pre")),
+        register_optimizer_step_post_hook(lambda o, a, k: seen.append("post")),
+    ]
+    try:
+        p = torch.randn(10, requires_grad=True)
+        p.grad = torch.ones(10)
+        oft.AdamW([p]).step()
+        assert seen == ["pre", "post"]
+    finally:
+        for h in handles:
+            h.remove()
+    p.grad = torch.ones(10)
+    opt = oft.AdamW([p])
+    opt.step()  # binds outside the profiler
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        opt.step()
+    names = [e.name for e in prof.events()]
+    assert names.count("Optimizer.step#AdamW.step") == 1, names
+    assert opt.last_step["outcome"] == "applied"
+
+
+def test_step_in_grad_mode_leaves_no_graph():
+    # step() does not run under Python's no_grad: C++ turns grad mode off for the copies it
+    # makes. A param that is a view with gaps is staged: copied into a dense tensor for the
+    # kernels and back after them, an in-place copy into a leaf that requires grad, which grad
+    # mode refuses.
+    p = torch.nn.Parameter(torch.randn(8, 3))
+    p.data = p.data.repeat(1, 2)[:, ::2]
+    ref = torch.nn.Parameter(p.detach().clone())
+    g = torch.randn(8, 3)
+    p.grad, ref.grad = g.clone(), g.clone()
+    with torch.enable_grad():
+        oft.SGD([p], lr=0.1).step()
+    torch.optim.SGD([ref], lr=0.1).step()
+    assert p.grad_fn is None and p.is_leaf and not p.is_contiguous()
+    # SGD without momentum is p - lr * g in both: one rounding each, the same bits.
+    assert torch.equal(p.detach(), ref.detach())
 
 
 def test_max_grad_norm_is_clip_grad_norm_then_step():

@@ -102,8 +102,7 @@ class CapturedOptimizer(Custom):
             return t
         return torch.full_like(p, float(init), dtype=dtype, memory_format=torch.contiguous_format)
 
-    @torch.no_grad()
-    def step(self, closure=None):
+    def _optfuse_before_step(self) -> None:
         if self.host_scalars is not None:
             for group in self.param_groups:
                 step = self._next_step(group)
@@ -116,7 +115,6 @@ class CapturedOptimizer(Custom):
                         f"{step}, {self._host_names} at the start"
                     )
                 group.update({k: float(v) for k, v in values.items()})
-        return super().step(closure)
 
     def _next_step(self, group: dict) -> Optional[int]:
         """The step count the group's next update uses (its first param with a gradient)."""

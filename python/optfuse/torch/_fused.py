@@ -18,10 +18,12 @@ import inspect
 from typing import Callable, Optional
 
 import torch
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 from .. import _core
 from .._engine import engine
 from . import _state8
+
 from ._binding import TORCH_DTYPES, Binding, local, name_of, plain, scalar_dtype, scalar_initial
 
 # Optimizer-wide step features (C++ StepOptions, include/optfuse/optim.h); constructor keywords.
@@ -48,6 +50,7 @@ EXTRA_GROUP_OPTIONS = (
     "min_8bit_size",
 )
 _REFUSED_FLAGS = ("capturable", "differentiable")
+_NOT_RUN = object()  # (FusedOptimizer._optfuse_settle: no C++ step ran yet)
 # Features that combine all params of the step: under FSDP2 each rank holds a shard of each.
 _GLOBAL_STEP_OPTIONS = ("max_grad_norm", "loss_scale")
 
@@ -120,6 +123,9 @@ class FusedOptimizer:
 
     def _optfuse_sparse_grads(self, b: Binding) -> None:
         pass
+
+    def _optfuse_before_step(self) -> None:
+        """Runs at the start of each step(), after the closure (rules with host scalars)."""
 
     # ---- validation ---------------------------------------------------------------------------
     def _optfuse_check_options(self, groups) -> None:
@@ -222,26 +228,57 @@ class FusedOptimizer:
                     self.state[p][k] = v.to(device=p.device, copy=True)
         self._optfuse_binding = None
 
-    @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None):
         """One fused update of every param that has a gradient; returns ``closure()``'s loss."""
+        # torch.optim.Optimizer wraps every subclass's step() in a profiler range and its step
+        # hooks: some 30 us a step, more than the whole C++ step of a small model. optfuse's
+        # step() is marked as wrapped already (below) and takes torch's wrapper only when a
+        # profiler runs or a hook is registered.
+        if (
+            self._optimizer_step_pre_hooks
+            or self._optimizer_step_post_hooks
+            or _global_optimizer_pre_hooks
+            or _global_optimizer_post_hooks
+            or torch._C._autograd._profiler_enabled()
+        ):
+            return _hooked_step(self, closure)
+        return self._optfuse_step(closure)
+
+    step.hooked = True  # (torch's _patch_step_function then leaves it as it is)
+
+    def _optfuse_step(self, closure: Optional[Callable[[], float]]):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        b = self._optfuse_binding or self._optfuse_bind()
-        if b is None:
-            return loss
+        self._optfuse_before_step()
+        b = self._optfuse_binding
+        # The usual step: the binding holds and C++ checks and runs it (in no_grad mode, its own).
+        r = _NOT_RUN if b is None or self._optfuse_sparse else b.fast.step(*self._optfuse_args(b))
+        if type(r) is not dict:
+            with torch.no_grad():
+                r = self._optfuse_settle(r)
+            if r is None:
+                return loss
+        self.last_step = r
+        if r["outcome"] == "applied":
+            self._optfuse_fresh.clear()
+        return loss
+
+    def _optfuse_args(self, b: Binding) -> tuple:
         stream = torch.cuda.current_stream().cuda_stream if b.cuda else 0
-        for _ in range(4):  # (a new binding fits at once; a restate may follow it)
-            self._optfuse_sparse_grads(b)
-            r = b.fast.step(self.param_groups, self.state, stream)
-            if type(r) is dict:
-                break
-            if r is None:  # the params with gradients, the groups or the state dicts changed
+        return self.param_groups, self.state, stream
+
+    def _optfuse_settle(self, r) -> Optional[dict]:
+        """The step, with the binding made or mended first as `r`, the C++ step's last answer,
+        asks (_NOT_RUN: use the binding there is, if any). A new binding fits at once; a restate
+        may follow it. The step's result, or None when no param has a gradient."""
+        b = self._optfuse_binding
+        for _ in range(4):
+            if r is _NOT_RUN:
+                b = b or self._optfuse_bind()
+            elif r is None:  # the params with gradients, the groups or the state dicts changed
                 b = self._optfuse_bind()
-                if b is None:
-                    return loss
             else:  # (C++ group, old block_size): its state buffers changed (amsgrad, int8)
                 try:
                     if not b.restate(self, *r):
@@ -249,12 +286,13 @@ class FusedOptimizer:
                 except Exception:
                     self._optfuse_binding = None  # C++ took the new options: start over
                     raise
-        else:
-            raise RuntimeError("optfuse: the binding does not settle (an internal error)")
-        self.last_step = r
-        if r["outcome"] == "applied":
-            self._optfuse_fresh.clear()
-        return loss
+            if b is None:
+                return None
+            self._optfuse_sparse_grads(b)
+            r = b.fast.step(*self._optfuse_args(b))
+            if type(r) is dict:
+                return r
+        raise RuntimeError("optfuse: the binding does not settle (an internal error)")
 
     # ---- binding --------------------------------------------------------------------------------
     def _optfuse_bind(self) -> Optional[Binding]:
@@ -321,3 +359,7 @@ class FusedOptimizer:
                         if from_param
                         else torch.full_like(p, initial, dtype=want)
                     )
+
+
+# FusedOptimizer's step as torch wraps it: in a profiler range, between the step hooks.
+_hooked_step = torch.optim.Optimizer.profile_hook_step(FusedOptimizer._optfuse_step)
