@@ -2,9 +2,11 @@
 //   Startup_Warm          Engine over a filled cache dir + the AdamW kernel: read, verify, load
 //   Startup_ColdKernel    Engine over an empty cache dir + the AdamW kernel: Halide compiles it
 //                         (the Halide runtime is compiled once per process, so it is timed apart)
-//   RuntimeCompile        compiling the Halide runtime object for the host target
+//   RuntimeCompile        compiling the Halide runtime object for the host target (what a fresh
+//                         process pays where the library's own runtime does not serve its
+//                         target, jit/embedded_runtime.h: a GPU target, another architecture)
 //   FirstStep_Warm        Engine + Optimizer + the first AdamW step of a small model, warm cache
-// Cold + RuntimeCompile is what a fresh process pays without a cache; Warm is what it pays with.
+// Cold is what a fresh x86-64 process pays without a cache; Warm is what it pays with.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 

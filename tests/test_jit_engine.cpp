@@ -8,6 +8,9 @@
 #include <thread>
 
 #include "engine/kernel_impl.h"
+#include "engine/runtime_object.h"
+#include "jit/embedded_runtime.h"
+#include "jit/jit.h"
 #include "optfuse/engine.h"
 #include "optfuse/error.h"
 #include "support/engine.h"
@@ -160,6 +163,40 @@ TEST(Engine, HostTargetFromTheEnvironment) {
     ::setenv("OPTFUSE_HOST_TARGET", saved.c_str(), 1);
   else
     ::unsetenv("OPTFUSE_HOST_TARGET");
+}
+
+// The runtime built into the library serves every x86-64 Linux CPU target, so a cold engine
+// compiles its kernel and no runtime; a target with a feature that changes the runtime (debug)
+// gets one compiled, once per process.
+TEST(Engine, EmbeddedRuntimeServesCpuTargets) {
+#if defined(__x86_64__)
+  EXPECT_NE(jit::embedded_runtime("x86-64-linux-avx-avx2-f16c-fma-sse41"), nullptr);
+  EXPECT_NE(
+      jit::embedded_runtime(
+          "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-no_runtime-sse41-user_context"),
+      nullptr);
+  for (const char* other :
+       {"x86-64-linux-avx2-debug", "x86-64-linux-avx2-cuda", "arm-64-linux", "x86-64-osx-avx2"})
+    EXPECT_EQ(jit::embedded_runtime(other), nullptr) << other;
+  EXPECT_EQ(jit::Jit::object_problem(*jit::embedded_runtime("x86-64-linux-sse41")), "");
+
+  Engine e(testing::memory_only());
+  auto k = e.kernel(sgd("cold"));
+  Tensors in = data({"p", "g"}, 100);
+  Tensors out = run_kernel(*k, in, {{"lr", 0.5}});
+  for (size_t i = 0; i < 100; ++i) EXPECT_EQ(out["p"][i], float(in["p"][i] - 0.5 * in["g"][i]));
+  EXPECT_EQ(e.counters().compiles, 1);
+  EXPECT_EQ(e.counters().runtime_compiles, 0);
+
+  bool compiled = false;
+  auto debug = engine_detail::runtime_object("x86-64-linux-sse41-debug", &compiled);
+  EXPECT_TRUE(compiled);
+  EXPECT_EQ(jit::Jit::object_problem(*debug), "");
+  EXPECT_EQ(engine_detail::runtime_object("x86-64-linux-sse41-debug", &compiled), debug);
+  EXPECT_FALSE(compiled);
+#else
+  GTEST_SKIP() << "the embedded runtime is built for x86-64";
+#endif
 }
 
 TEST(Engine, NonCudaGpuTargetIsAClearError) {

@@ -214,6 +214,16 @@ struct Engine::Impl {
         found, loading);
   }
 
+  // Before the first kernel compiles: unless the store holds the runtime, its compile starts on
+  // another thread, beside the kernel's (a cold start's two long compiles, at once).
+  void runtime_soon_locked() {
+    std::vector<char> obj;
+    if (store && store->get(engine_detail::runtime_key(target), runtime_info(), &obj) &&
+        jit::Jit::object_problem(obj).empty())
+      return;
+    engine_detail::compile_runtime_soon(target);
+  }
+
   jit::Session& session_locked() {
     if (session) return *session;
     session = loaded(
@@ -348,6 +358,7 @@ std::shared_ptr<const Kernel> Engine::Impl::compiled_locked(const Graph& canonic
   jit::ArgvFn fn = loaded(
       key, info,
       [&] {
+        if (!session) runtime_soon_locked();
         std::vector<char> compiled =
             jit::compile_kernel_object(canonical, resolved, target, fn_name);
         ++counters.compiles;

@@ -64,7 +64,8 @@ def train_and_compare() -> None:
 
 train_and_compare()
 counters = optfuse.engine().counters()
-if counters["compiles"] < 1 or counters["runtime_compiles"] < 1:
+# (No runtime is compiled: the wheel's library has it built in, jit/embedded_runtime.h.)
+if counters["compiles"] < 1 or counters["runtime_compiles"] != 0:
     fail(f"no kernel was compiled in this process: {counters}")
 if not os.listdir(cache_dir):
     fail(f"nothing was written to the kernel cache {cache_dir}")
