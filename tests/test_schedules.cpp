@@ -285,7 +285,9 @@ TEST_F(TunedEngine, TunedScheduleChangesTheKeyAndComputesTheSameNumbers) {
 }
 
 TEST_F(TunedEngine, OptimizerUsesOneKernelPerSizeClassAndMatchesDefaults) {
-  Engine tuned(options());
+  EngineOptions eo = options();
+  eo.memory_only = true;  // counts every compile
+  Engine tuned(eo);
   Engine& plain = testing::shared_engine();
   const std::vector<int64_t> sizes = {3000, 5000, 70000, 3000};
   auto run = [&](Engine& e, std::vector<std::vector<float>>& p) {
@@ -312,6 +314,9 @@ TEST_F(TunedEngine, OptimizerUsesOneKernelPerSizeClassAndMatchesDefaults) {
   ASSERT_EQ(uses.size(), 2u);  // 3000 and 5000 -> the 4096 entry; 70000 -> the 2^20 entry
   EXPECT_EQ(uses[0].tensors + uses[1].tensors, 4);
   EXPECT_EQ(uses[0].groups, 1);
+  // The group's plan kernel (its arguments) is its largest tensor's, one the tensors run: no
+  // third compile for the default schedule no tensor takes.
+  EXPECT_EQ(tuned.counters().compiles, 2);
   ASSERT_EQ(plain_uses.size(), 1u);
   for (size_t i = 0; i < sizes.size(); ++i)
     for (size_t j = 0; j < p_plain[i].size(); ++j)

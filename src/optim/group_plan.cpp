@@ -100,10 +100,10 @@ bool KernelPlan::has_state(const std::string& name) const {
 
 namespace {
 
-KernelPlan plan_kernel(Engine& engine, Graph graph) {
+KernelPlan plan_kernel(Engine& engine, Graph graph, int64_t size_hint) {
   KernelPlan k;
   k.graph = std::move(graph);
-  k.kernel = engine.kernel(k.graph);
+  k.kernel = size_hint >= 0 ? engine.kernel(k.graph, size_hint) : engine.kernel(k.graph);
   const KernelSignature& sig = k.kernel->signature();
   for (const auto& in : sig.inputs)
     if (in.role == Role::State || in.role == Role::RowState || in.role == Role::ColState)
@@ -139,19 +139,19 @@ void check_blockable(const GraphRecipe& r, const Graph& dense, const std::string
 }
 
 std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint64_t epoch,
-                                            const std::string& where) {
+                                            const std::string& where, int64_t size_hint) {
   auto plan = std::make_shared<GroupPlan>();
   plan->centralizes = centralizes(r.options);
   plan->blocking = group_blocking(r.options);
-  plan->dense = plan_kernel(engine, group_graph(r, false));
+  plan->dense = plan_kernel(engine, group_graph(r, false), size_hint);
   plan->graph_text = print(plan->dense.graph);
   if (r.rule->factored_graph(r.options)) {
-    plan->factored = plan_kernel(engine, group_graph(r, false, false, true));
+    plan->factored = plan_kernel(engine, group_graph(r, false, false, true), size_hint);
     plan->graph_text += print(plan->factored.graph);
   }
   if (plan->blocking.on()) {
     check_blockable(r, plan->dense.graph, where);
-    plan->blocked = plan_kernel(engine, group_graph(r, false, true));
+    plan->blocked = plan_kernel(engine, group_graph(r, false, true), size_hint);
     // (step_round.cpp computes one list of scalars per group, in the plain kernel's order.)
     const auto &a = plan->blocked.kernel->signature().scalars,
                &b = plan->dense.kernel->signature().scalars;

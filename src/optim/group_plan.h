@@ -101,9 +101,12 @@ void check_blockable(const GraphRecipe& r, const Graph& dense, const std::string
 
 // Compiles (or loads) the kernel of `r`'s graph (and the 8-bit one for state_dtype "int8") and
 // derives the plan. `epoch` identifies it. Error naming `where` (the group) if the options ask
-// for 8-bit state that the rule's update cannot have.
+// for 8-bit state that the rule's update cannot have. `size_hint` >= 0: the kernels take the
+// schedule Engine::kernel(g, size_hint) gives (with tuned schedules, the group's largest
+// tensor's), so that the plan's kernel is one its tensors run, not one more compile.
 std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint64_t epoch,
-                                            const std::string& where = "param group");
+                                            const std::string& where = "param group",
+                                            int64_t size_hint = -1);
 
 // Whether `plan` was built for a graph equal to the one `r` gives (the options may differ in
 // values the kernel takes as scalars, e.g. a scheduler's new lr) and the same 8-bit blocking.

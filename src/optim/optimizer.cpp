@@ -78,8 +78,13 @@ void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
     // did, so that a value the kernel takes as a scalar recompiles nothing.
     optim::GraphRecipe recipe{impl.rule.get(), g.options, precision, prologue};
     if (!plan || !optim::same_graph(*plan, recipe)) {
-      g.plan =
-          optim::plan_group(*impl.engine, std::move(recipe), ++impl.plans_made, Impl::where(group));
+      // With tuned schedules each tensor's kernel has its size's (assign_tensor_kernels): the
+      // plan's is its largest tensor's, one of them.
+      int64_t largest = -1;
+      if (impl.engine->tuned_schedules() > 0)
+        for (const auto& t : g.tensors) largest = std::max(largest, t.ref.param.numel);
+      g.plan = optim::plan_group(*impl.engine, std::move(recipe), ++impl.plans_made,
+                                 Impl::where(group), largest);
       for (auto& t : g.tensors) t.kernel.reset();  // every tensor is bound to the new plan
     }
     g.plan_options = g.options;
