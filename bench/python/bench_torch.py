@@ -76,10 +76,16 @@ def make_cases(a):
     }
     out = {}
     for k in a.cases:
-        m = re.fullmatch(r"flat(\d+)", k)
+        m = re.fullmatch(r"(flat|vec)(\d+)(-bf16)?", k)
         if m:
-            n = int(m.group(1)) - (4 if q else 0)
-            out[k] = (f"flat 2^{n}", [([1 << n], True)], torch.float32)
+            dtype = torch.bfloat16 if m.group(3) else torch.float32
+            if m.group(1) == "flat":
+                n = int(m.group(2)) - (4 if q else 0)
+                label, n = f"flat 2^{n}", 1 << n
+            else:
+                n = int(m.group(2)) // (16 if q else 1)
+                label = f"1 x {n:,}"
+            out[k] = (label + (" bf16" if m.group(3) else ""), [([n], True)], dtype)
         elif k in cases:
             out[k] = cases[k]
         elif k not in ("startup", "noop"):
@@ -156,7 +162,9 @@ def build_entries(a, shapes, dtype, log):
             rebinder(op)()
             o16.step()
             entries.append(Entry(name, o16.step, rebinder(op), note=note))
-    # The 4r3w ceiling in f32 over the same element counts, gradients swapped as above.
+    # The 4r3w ceiling in f32 over the same element counts, gradients swapped as above; for
+    # 16-bit params also in their dtype with 16-bit state (14 B/element, what torch's semantics
+    # move), which is then the ceiling the shares are of.
     cps = fresh(torch.float32)
     cg = [[g.float() for g in gs] for gs in grads] if dtype != torch.float32 else grads
     ceil = oft.Custom(cps, CEILING_RULE)
@@ -166,10 +174,25 @@ def build_entries(a, shapes, dtype, log):
         Entry(
             "ceiling 4r3w (optfuse kernel)",
             *raw_step(ceil, cps, cg),
-            role="ceiling",
+            role="ceiling" if dtype == torch.float32 else "reference",
             keep=(ceil, cg),
+            note="" if dtype == torch.float32 else "f32, 28 B/elt",
         )
     )
+    if dtype != torch.float32:
+        hps = fresh()
+        hceil = oft.Custom(hps, CEILING_RULE, master_weights=False, state_dtype="bf16")
+        rebinder(hps)()
+        hceil.step()
+        entries.append(
+            Entry(
+                "ceiling 4r3w, 16-bit (optfuse kernel)",
+                *raw_step(hceil, hps, grads),
+                role="ceiling",
+                keep=hceil,
+                note="14 B/elt: the shares' ceiling",
+            )
+        )
     # torch.optim.AdamW in each implementation that takes these params: fused, foreach, and
     # the default per-parameter for-loop (foreach=False, fused unset).
     for name, flags in (
@@ -579,8 +602,8 @@ def main():
         "--cases",
         default="gpt2,resnet50,small,flat20,flat24,gpt2-bf16",
         help="comma list of gpt2, resnet50, small, flatN (one tensor of 2^N, e.g. "
-        "flat20), gpt2-bf16, startup, noop (default: the six cases, then startup "
-        "and noop)",
+        "flat20), vecN (one tensor of N, e.g. vec1024000), flatN-bf16 / vecN-bf16, gpt2-bf16, "
+        "startup, noop (default: the six cases, then startup and noop)",
     )
     add_timing_args(ap)
     ap.add_argument(

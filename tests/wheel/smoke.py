@@ -88,6 +88,6 @@ for name in ours[:3]:
 
 print(
     f"wheel smoke: ok: optfuse {optfuse.__version__} from {package}, torch {torch.__version__},"
-    f" {counters['compiles']} kernel(s) and the Halide runtime compiled in "
+    f" {counters['compiles']} kernel(s) compiled (the Halide runtime built in) in "
     f"{counters['compile_seconds']:.2f} s, Halide, LLVM and xxHash from {libs_dir}"
 )
