@@ -164,8 +164,8 @@ bool TorchStep::Impl::param_unchanged(const Tensor& t) const {
 // AutogradMeta, the gradient's TensorImpl, the gradient's StorageImpl), and the kernels' pass
 // over memory evicts all of it between steps: unaided, each tensor's check waits for those
 // misses one after another. Checking tensor i, this asks for each link of the chain a few
-// tensors ahead, each from the one fetched a stage before (only addresses are read here; a
-// prefetch never faults).
+// tensors ahead, each from the one fetched a stage before (it reads pointers only out of live
+// torch objects; a prefetch itself never faults).
 void TorchStep::Impl::prefetch_ahead(size_t i) const {
   const size_t n = impls.size();
   if (i + 16 < n) prefetch(impls[i + 16], sizeof(c10::TensorImpl));

@@ -23,7 +23,6 @@ from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimize
 from .. import _core
 from .._engine import engine
 from . import _state8
-
 from ._binding import TORCH_DTYPES, Binding, local, name_of, plain, scalar_dtype, scalar_initial
 
 # Optimizer-wide step features (C++ StepOptions, include/optfuse/optim.h); constructor keywords.
@@ -231,9 +230,10 @@ class FusedOptimizer:
     def step(self, closure: Optional[Callable[[], float]] = None):
         """One fused update of every param that has a gradient; returns ``closure()``'s loss."""
         # torch.optim.Optimizer wraps every subclass's step() in a profiler range and its step
-        # hooks: some 30 us a step, more than the whole C++ step of a small model. optfuse's
-        # step() is marked as wrapped already (below) and takes torch's wrapper only when a
-        # profiler runs or a hook is registered.
+        # hooks: with no_grad's context, some 60 us a step, more than the whole C++ step of a
+        # small model (bench/README.md, bench_overhead). optfuse's step() is marked as wrapped
+        # already (below) and takes torch's wrapper only when a profiler runs or a hook is
+        # registered.
         if (
             self._optimizer_step_pre_hooks
             or self._optimizer_step_post_hooks
