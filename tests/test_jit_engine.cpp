@@ -1,9 +1,11 @@
 // Engine and JIT: kernel reuse and keys, runtime scalars, errors, object store seam, threads.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -13,6 +15,7 @@
 #include "jit/jit.h"
 #include "optfuse/engine.h"
 #include "optfuse/error.h"
+#include "support/cache_util.h"
 #include "support/engine.h"
 #include "support/gen.h"
 #include "support/run_kernel.h"
@@ -197,6 +200,28 @@ TEST(Engine, EmbeddedRuntimeServesCpuTargets) {
 #else
   GTEST_SKIP() << "the embedded runtime is built for x86-64";
 #endif
+}
+
+// OPTFUSE_PERF_JITDUMP=1: LLVM's perf listener writes a jitdump (under $JITDUMPDIR) naming the
+// kernels it loads, and the kernels run as without it.
+TEST(Engine, PerfJitdumpNamesTheKernels) {
+  testing::TempDir dir;
+  ::setenv("JITDUMPDIR", dir.path().c_str(), 1);
+  ::setenv("OPTFUSE_PERF_JITDUMP", "1", 1);
+  {
+    Engine e(testing::memory_only());
+    auto k = e.kernel(sgd("dumped"));
+    Tensors in = data({"p", "g"}, 100);
+    Tensors out = run_kernel(*k, in, {{"lr", 0.5}});
+    for (size_t i = 0; i < 100; ++i) EXPECT_EQ(out["p"][i], float(in["p"][i] - 0.5 * in["g"][i]));
+  }
+  ::unsetenv("OPTFUSE_PERF_JITDUMP");
+  ::unsetenv("JITDUMPDIR");
+  const std::string name = "jit-" + std::to_string(::getpid()) + ".dump";
+  bool found = false;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir.path()))
+    found = found || f.path().filename() == name;
+  EXPECT_TRUE(found) << "no " << name << " under " << dir.path();
 }
 
 TEST(Engine, NonCudaGpuTargetIsAClearError) {

@@ -3,12 +3,17 @@
 // LLVM 14's ORC headers trip GCC's -Wredundant-move; they are not ours to fix.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wredundant-move"
+#include <llvm/ExecutionEngine/JITEventListener.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h>
+#include <llvm/ExecutionEngine/SectionMemoryManager.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #pragma GCC diagnostic pop
 
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "jit/elf.h"
@@ -36,6 +41,26 @@ void initialize_llvm_once() {
   });
 }
 
+// OPTFUSE_PERF_JITDUMP=1 (a debugging aid, off by default): LLVM's perf listener writes
+// jit-<pid>.dump as kernels load, and `perf record -k 1` then `perf inject --jit` give perf the
+// kernels' symbols (else their samples read "[JIT] tid"). The layer is LLJIT's own default on
+// x86-64 Linux (RTDyld over a SectionMemoryManager), with the listener registered.
+llvm::orc::LLJITBuilder jit_builder() {
+  llvm::orc::LLJITBuilder builder;
+  const char* dump = std::getenv("OPTFUSE_PERF_JITDUMP");
+  if (!dump || !*dump || std::strcmp(dump, "0") == 0) return builder;
+  builder.setObjectLinkingLayerCreator(
+      [](llvm::orc::ExecutionSession& es,
+         const llvm::Triple&) -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
+        auto layer = std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
+            es, [] { return std::make_unique<llvm::SectionMemoryManager>(); });
+        if (llvm::JITEventListener* perf = llvm::JITEventListener::createPerfJITEventListener())
+          layer->registerJITEventListener(*perf);
+        return std::unique_ptr<llvm::orc::ObjectLayer>(std::move(layer));
+      });
+  return builder;
+}
+
 }  // namespace
 
 struct Jit::Impl {
@@ -53,7 +78,7 @@ Jit::~Jit() = default;
 std::unique_ptr<Jit> Jit::create() {
   initialize_llvm_once();
   auto impl = std::make_unique<Impl>();
-  impl->lljit = unwrap(llvm::orc::LLJITBuilder().create(), "cannot create the LLVM JIT");
+  impl->lljit = unwrap(jit_builder().create(), "cannot create the LLVM JIT");
   // Every failure reaches the caller through the lookup that ran into it (an Error), with its
   // cause kept here; without this ORC would print each to stderr, e.g. for an object `cache
   // verify` finds broken.
