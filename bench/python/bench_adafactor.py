@@ -30,7 +30,14 @@ import sys
 import torch
 
 import optfuse.torch as oft
-from benchlib import add_timing_args, interleaved_rounds, machine, spec_shapes
+from benchlib import (
+    Entry,
+    add_timing_args,
+    alternating_grads,
+    interleaved_rounds,
+    machine,
+    spec_shapes,
+)
 
 # A factored step's traffic: g read three times (column sums, then two whole sums read g and p),
 # p twice, p written: 24 B/element for a matrix (a vector has no column pass: 20).
@@ -54,19 +61,6 @@ CEILING = {
 KW = dict(weight_decay=0.01)
 
 
-class Entry:
-    def __init__(self, name, opt, params, grads):
-        self.name, self.run, self.rounds, self.opt = name, opt.step, [], opt
-        turn = [0]
-
-        def before():
-            turn[0] ^= 1
-            for p, g in zip(params, grads[turn[0]]):
-                p.grad = g
-
-        self.before = before
-
-
 def entries_for(shapes):
     torch.manual_seed(0)
     base = [torch.randn(s).mul_(0.02) for s in shapes]
@@ -74,7 +68,8 @@ def entries_for(shapes):
 
     def make(name, ctor):
         ps = [torch.nn.Parameter(b.clone()) for b in base]
-        e = Entry(name, ctor(ps), ps, grads)
+        opt = ctor(ps)
+        e = Entry(name, opt.step, alternating_grads(ps, grads), keep=opt)
         e.before()
         e.run()  # makes the state (and compiles optfuse's kernels) outside the timing
         return e

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -40,9 +39,8 @@ import torch
 
 import optfuse
 import optfuse.torch as oft
-from benchlib import interleaved_rounds
+from benchlib import Entry, alternating_grads, groups_of, interleaved_rounds, spec_shapes
 
-ROOT = Path(__file__).resolve().parents[2]
 HP = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, maximize=False)  # gpt2-small
 
 
@@ -57,23 +55,6 @@ def adamw(p, grad, exp_avg, exp_avg_sq, *, lr, betas, eps, weight_decay, maximiz
     bias_correction2 = 1 - beta2**step
     denom = (exp_avg_sq.sqrt() / bias_correction2.sqrt()).add_(eps)
     p.addcdiv_(exp_avg, denom, value=-lr / bias_correction1)
-
-
-def gpt2_shapes(scale: int):
-    """(shape, decays) per tensor of examples/specs/gpt2-small.json, dims divided by `scale`."""
-    spec = json.loads((ROOT / "examples/specs/gpt2-small.json").read_text())
-    no_decay = re.compile(spec["param_groups"][0]["match"])
-    return [
-        ([max(1, d // scale) for d in t["shape"]], not no_decay.search(t["name"]))
-        for t in spec["parameters"]
-    ]
-
-
-def groups_of(params, decays):
-    return [
-        {"params": [p for p, d in zip(params, decays) if d]},
-        {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0},
-    ]
 
 
 # ---- capture + compile, in fresh processes -----------------------------------------------------
@@ -97,8 +78,10 @@ t3 = time.perf_counter()
 for p in ps:  # the state every optimizer makes (1 GB here): not the capture's
     opt.state[p]["exp_avg"] = torch.zeros_like(p)
     opt.state[p]["exp_avg_sq"] = torch.zeros_like(p)
+    opt.state[p]["step"] = torch.tensor(0.0)
 t4 = time.perf_counter()
-opt._optfuse_current_binding()  # the C++ optimizer: its kernels compiled or loaded
+with torch.no_grad():
+    opt._optfuse_bind()  # the C++ optimizer: its kernels compiled or loaded
 t5 = time.perf_counter()
 opt.step()
 t6 = time.perf_counter()
@@ -140,11 +123,6 @@ def startup(a, shapes, log):
 
 
 # ---- steps, one process ------------------------------------------------------------------------
-class Entry:
-    def __init__(self, name, run, before):
-        self.name, self.run, self.before, self.rounds = name, run, before, []
-
-
 def scalar_tensors(hp, decays_value):
     t = lambda v: torch.tensor(v, dtype=torch.float32)
     return {
@@ -165,27 +143,17 @@ def build(a, shapes, log):
     def fresh():
         return [torch.nn.Parameter(b.clone()) for b in base]
 
-    def rebinder(params):
-        turn = [0]
-
-        def before():
-            turn[0] ^= 1
-            for p, g in zip(params, grads[turn[0]]):
-                p.grad = g
-
-        return before
-
     entries, info = [], {}
     ps = fresh()
     cap = oft.from_rule(adamw, groups_of(ps, decays), HP)
-    rebinder(ps)()
+    alternating_grads(ps, grads)()
     cap.step()
-    entries.append(Entry("captured rule (from_rule)", cap.step, rebinder(ps)))
+    entries.append(Entry("captured rule (from_rule)", cap.step, alternating_grads(ps, grads)))
     ps = fresh()
     lib = oft.AdamW(groups_of(ps, decays), **{k: v for k, v in HP.items() if k != "maximize"})
-    rebinder(ps)()
+    alternating_grads(ps, grads)()
     lib.step()
-    entries.append(Entry("library oft.AdamW", lib.step, rebinder(ps)))
+    entries.append(Entry("library oft.AdamW", lib.step, alternating_grads(ps, grads)))
     key = lambda o: sorted({u["key"] for u in o._optfuse_binding.core.kernel_uses()})
     info["same_kernel"] = key(cap) == key(lib)
     info["keys"] = key(cap)
@@ -212,18 +180,24 @@ def build(a, shapes, log):
     scal = {True: scalar_tensors(HP, HP["weight_decay"]), False: scalar_tensors(HP, 0.0)}
     ps = fresh()
     entries.append(
-        Entry("same function, eager torch", eager_step(ps, state_for(ps), scal), rebinder(ps))
+        Entry(
+            "same function, eager torch",
+            eager_step(ps, state_for(ps), scal),
+            alternating_grads(ps, grads),
+        )
     )
     if not a.no_compile:
         ps = fresh()
         compiled = torch.compile(eager_step(ps, state_for(ps), scal))
-        rebinder(ps)()
+        alternating_grads(ps, grads)()
         log("  torch.compile: compiling the step ...")
         t0 = time.perf_counter()
         compiled()
         info["torch_compile_s"] = time.perf_counter() - t0
         log(f"  torch.compile: first call {info['torch_compile_s']:.1f} s")
-        entries.append(Entry("same function, torch.compile", compiled, rebinder(ps)))
+        entries.append(
+            Entry("same function, torch.compile", compiled, alternating_grads(ps, grads))
+        )
     return entries, info
 
 
@@ -263,7 +237,7 @@ def main():
 
 
 def run(a, log):
-    shapes = gpt2_shapes(a.scale)
+    shapes = spec_shapes("gpt2-small.json", a.scale)
     n = sum(torch.Size(s).numel() for s, _ in shapes)
     log(
         f"GPT-2 small / {a.scale}: {len(shapes)} tensors, {n / 1e6:.1f} M elements; "

@@ -24,7 +24,14 @@ import sys
 import torch
 
 import optfuse.torch as oft
-from benchlib import CEILING_RULE, add_timing_args, interleaved_rounds, machine
+from benchlib import (
+    CEILING_RULE,
+    Entry,
+    add_timing_args,
+    alternating_grads,
+    interleaved_rounds,
+    machine,
+)
 
 # p, g, ax -> p, ax (ASGD's traffic), as tools/bandwidth.h's graphs are built.
 CEILING_3R2W = {
@@ -54,27 +61,15 @@ CASES = [
 ]
 
 
-class Entry:
-    def __init__(self, name, opt, param, grads):
-        self.name, self.run, self.rounds = name, opt.step, []
-        self.opt = opt  # keeps the state alive
-        turn = [0]
-
-        def before():
-            turn[0] ^= 1
-            param.grad = grads[turn[0]]
-
-        self.before = before
-
-
 def entries_for(cls_name, kw, ceiling, n):
     torch.manual_seed(0)
     base = torch.randn(n).mul_(0.02)
-    grads = [torch.randn(n).mul_(1e-3) for _ in range(2)]
+    grads = [[torch.randn(n).mul_(1e-3)] for _ in range(2)]
 
     def make(name, ctor):
         p = torch.nn.Parameter(base.clone())
-        e = Entry(name, ctor([p]), p, grads)
+        opt = ctor([p])
+        e = Entry(name, opt.step, alternating_grads([p], grads), keep=opt)
         e.before()
         e.run()  # makes the state (and compiles optfuse's kernel) outside the timing
         return e

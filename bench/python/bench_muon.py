@@ -33,16 +33,10 @@ import torch
 from torch.optim._muon import _zeropower_via_newtonschulz
 
 import optfuse.torch as oft
-from benchlib import ROOT, add_timing_args, interleaved_rounds, machine
+from benchlib import ROOT, Entry, add_timing_args, interleaved_rounds, machine
 
 HIDDEN = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 KW = dict(lr=0.02, momentum=0.95, weight_decay=0.1)
-
-
-class Entry:
-    def __init__(self, name, run, before=None):
-        self.name, self.run, self.before = name, run, before
-        self.rounds: list[float] = []
 
 
 def hidden_shapes(scale: int):

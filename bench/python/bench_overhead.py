@@ -27,18 +27,20 @@ import sys
 import torch
 
 import optfuse.torch as oft
-from benchlib import HP, add_timing_args, groups_of, interleaved_rounds, machine, spec_shapes
+from benchlib import (
+    HP,
+    Entry,
+    add_timing_args,
+    groups_of,
+    interleaved_rounds,
+    machine,
+    spec_shapes,
+)
 
 CASES = {
     "small": ("1000 x 1K", lambda: [([1024], True)] * 1000),
     "gpt2": ("GPT-2 small", lambda: spec_shapes("gpt2-small.json")),
 }
-
-
-class Entry:
-    def __init__(self, name, run, before=None):
-        self.name, self.run, self.before = name, run, before
-        self.rounds: list[float] = []
 
 
 def entries_for(shapes):

@@ -42,10 +42,12 @@ import optfuse
 import optfuse.torch as oft
 from optfuse import _core
 
+import benchlib
 from benchlib import (
     CEILING_RULE,
     HP,
     add_timing_args,
+    alternating_grads,
     groups_of,
     interleaved_rounds,
     machine,
@@ -93,13 +95,13 @@ def make_cases(a):
     return out
 
 
-class Entry:
-    """One timed thing: `run()` is timed, `before()` (not timed) rebinds gradients."""
+class Entry(benchlib.Entry):
+    """A contender with its role in the report ("main", "ceiling", "reference", "overhead",
+    "unavailable"), a note, and the seconds its setup took (torch.compile, DeepSpeed's op)."""
 
     def __init__(self, name, run, before=None, role="main", note="", keep=None):
-        self.name, self.run, self.before, self.role, self.note = name, run, before, role, note
-        self.keep = keep  # what owns the memory a raw C++ step writes (the torch optimizer)
-        self.rounds: list[float] = []  # median step time of each round, seconds
+        super().__init__(name, run, before, keep)
+        self.role, self.note = role, note
         self.setup_s = None
 
 
@@ -113,14 +115,7 @@ def build_entries(a, shapes, dtype, log):
         return [torch.nn.Parameter(b.to(dt, copy=True)) for b in base]
 
     def rebinder(params, gsets=grads):
-        turn = [0]
-
-        def before():
-            turn[0] ^= 1
-            for p, g in zip(params, gsets[turn[0]]):
-                p.grad = g
-
-        return before
+        return alternating_grads(params, gsets)
 
     entries = []
     # optfuse: opt.step() with new gradients and with the same ones, and the C++ step under it.

@@ -75,6 +75,30 @@ def add_timing_args(ap) -> None:
     )
 
 
+class Entry:
+    """One contender for interleaved_rounds(): `run()` is timed, `before()` (None: nothing) runs
+    untimed before every step; `keep` holds what its memory belongs to (an optimizer whose
+    C++ step runs without it)."""
+
+    def __init__(self, name, run, before=None, keep=None):
+        self.name, self.run, self.before, self.keep = name, run, before, keep
+        self.rounds: list[float] = []  # median step time of each round, seconds
+
+
+def alternating_grads(params, gsets):
+    """A before() that binds the other of the two gradient sets `gsets` (one tensor per param)
+    to `params` at each call: new gradient tensors every step, as zero_grad(set_to_none=True)
+    and backward give."""
+    turn = [0]
+
+    def before():
+        turn[0] ^= 1
+        for p, g in zip(params, gsets[turn[0]]):
+            p.grad = g
+
+    return before
+
+
 def interleaved_rounds(entries, rounds: int, steps: int, turn_warmup: int, log) -> None:
     """Times `steps` steps of every entry per round, the entries taking turns in an order rotated
     each round, and appends each round's median step time (seconds) to the entry's `rounds`.

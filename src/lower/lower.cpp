@@ -2,7 +2,6 @@
 #include "lower/lower.h"
 
 #include <algorithm>
-#include <cctype>
 #include <string>
 
 #include "lower/bf16.h"
@@ -22,27 +21,6 @@ namespace {
 
 using Halide::Expr;
 using Halide::Func;
-
-// Halide names are C identifiers in generated code: user names are sanitized and prefixed, and
-// the index keeps them unique.
-std::string identifier(const char* prefix, size_t index, const std::string& name) {
-  std::string id = std::string(prefix) + std::to_string(index) + "_";
-  for (char c : name) id += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  return id;
-}
-
-// A Tuple element of a call to `f`, whose definition has `count` values (Halide refuses [] on a
-// Func that does not return a Tuple).
-Expr element(const Halide::FuncRef& ref, int index, size_t count) {
-  return count == 1 ? Expr(ref) : Expr(ref[index]);
-}
-
-void define(Func& f, const std::vector<Halide::Var>& vars, const std::vector<Expr>& values) {
-  if (values.size() == 1)
-    f(vars) = values[0];
-  else
-    f(vars) = Halide::Tuple(values);
-}
 
 // Per-element code exists in two contexts: the element-wise stage (`out`), which reads tensors
 // through `load` and scalar-only subexpressions from the `uniforms` Func, and the operands of

@@ -6,6 +6,7 @@
 // here therefore looks at the bits (integer compares, which fast-math cannot touch).
 #include "lower/lower_ops.h"
 
+#include <cctype>
 #include <string>
 
 #include "lower/lower.h"
@@ -202,6 +203,24 @@ Expr fast_rsqrt_f32(const Expr& x) {
   Expr signed_inf = Halide::reinterpret(
       Halide::Float(32), bits_of(x) | Halide::Internal::make_const(Halide::UInt(32), 0x7f800000u));
   return Halide::select(x == 0.0f, signed_inf, Halide::select(is_pos_inf_f32(x), 0.0f, refined));
+}
+
+std::string identifier(const char* prefix, size_t index, const std::string& name) {
+  std::string id = std::string(prefix) + std::to_string(index) + "_";
+  for (char c : name) id += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return id;
+}
+
+Halide::Expr element(const Halide::FuncRef& ref, int index, size_t count) {
+  return count == 1 ? Halide::Expr(ref) : Halide::Expr(ref[index]);
+}
+
+void define(Halide::Func& f, const std::vector<Halide::Var>& vars,
+            const std::vector<Halide::Expr>& values) {
+  if (values.size() == 1)
+    f(vars) = values[0];
+  else
+    f(vars) = Halide::Tuple(values);
 }
 
 }  // namespace optfuse::lower

@@ -2,6 +2,7 @@
 // Per-op lowering to Halide expressions (internal; includes Halide.h — src/lower and src/jit only).
 #include <Halide.h>
 
+#include <string>
 #include <vector>
 
 #include "optfuse/graph.h"
@@ -33,5 +34,16 @@ Halide::Expr round_sr_bf16(const Halide::Expr& x, const Halide::Expr& key,
 // f32 1/sqrt(x) from the hardware estimate plus ONE Newton step; IEEE results for 0, -0, +inf,
 // negatives and NaN; max error measured in README.md. Never the bare estimate (~3e-4 relative).
 Halide::Expr fast_rsqrt_f32(const Halide::Expr& x);
+
+// Halide plumbing both pipelines (lower.cpp, staged.cpp) build with.
+// A Halide name from a user's: a C identifier in generated code, sanitized and prefixed, `index`
+// keeping it unique.
+std::string identifier(const char* prefix, size_t index, const std::string& name);
+// Element `index` of a call to a Func whose definition has `count` values (Halide refuses [] on
+// a Func that does not return a Tuple).
+Halide::Expr element(const Halide::FuncRef& ref, int index, size_t count);
+// f(vars) = the one value, or the Tuple of several.
+void define(Halide::Func& f, const std::vector<Halide::Var>& vars,
+            const std::vector<Halide::Expr>& values);
 
 }  // namespace optfuse::lower

@@ -3,7 +3,6 @@
 #include "lower/staged.h"
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <string>
 
@@ -24,23 +23,6 @@ using Halide::Expr;
 using Halide::Func;
 using Halide::TailStrategy;
 using Halide::Var;
-
-std::string identifier(const char* prefix, size_t index, const std::string& name) {
-  std::string id = std::string(prefix) + std::to_string(index) + "_";
-  for (char c : name) id += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  return id;
-}
-
-Expr element(const Halide::FuncRef& ref, int index, size_t count) {
-  return count == 1 ? Expr(ref) : Expr(ref[index]);
-}
-
-void define(Func& f, const std::vector<Var>& vars, const std::vector<Expr>& values) {
-  if (values.size() == 1)
-    f(vars) = values[0];
-  else
-    f(vars) = Halide::Tuple(values);
-}
 
 // Where an expression is built: the element-wise stage (`out`, which reads tensor inputs through
 // `load` and uniforms from the `uniforms` Func), a reduction's per-element operand (inputs and
