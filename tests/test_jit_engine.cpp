@@ -197,6 +197,24 @@ TEST(Engine, EmbeddedRuntimeServesCpuTargets) {
   EXPECT_EQ(jit::Jit::object_problem(*debug), "");
   EXPECT_EQ(engine_detail::runtime_object("x86-64-linux-sse41-debug", &compiled), debug);
   EXPECT_FALSE(compiled);
+  // Started ahead (compile_runtime_soon): only where a compile is still to come is the store
+  // asked; the compile started is the one runtime_object() then returns.
+  auto unasked = [] {
+    ADD_FAILURE() << "the store was asked";
+    return false;
+  };
+  engine_detail::compile_runtime_soon("x86-64-linux-avx2", unasked);         // built in
+  engine_detail::compile_runtime_soon("x86-64-linux-sse41-debug", unasked);  // compiled
+  bool asked = false;
+  engine_detail::compile_runtime_soon("x86-64-linux-avx2-debug", [&] {
+    asked = true;
+    return false;
+  });
+  EXPECT_TRUE(asked);
+  EXPECT_EQ(jit::Jit::object_problem(
+                *engine_detail::runtime_object("x86-64-linux-avx2-debug", &compiled)),
+            "");
+  EXPECT_TRUE(compiled);
 #else
   GTEST_SKIP() << "the embedded runtime is built for x86-64";
 #endif

@@ -217,11 +217,11 @@ struct Engine::Impl {
   // Before the first kernel compiles: unless the store holds the runtime, its compile starts on
   // another thread, beside the kernel's (a cold start's two long compiles, at once).
   void runtime_soon_locked() {
-    std::vector<char> obj;
-    if (store && store->get(engine_detail::runtime_key(target), runtime_info(), &obj) &&
-        jit::Jit::object_problem(obj).empty())
-      return;
-    engine_detail::compile_runtime_soon(target);
+    engine_detail::compile_runtime_soon(target, [&] {
+      std::vector<char> obj;
+      return store && store->get(engine_detail::runtime_key(target), runtime_info(), &obj) &&
+             jit::Jit::object_problem(obj).empty();
+    });
   }
 
   jit::Session& session_locked() {

@@ -50,8 +50,13 @@ std::shared_ptr<const std::vector<char>> runtime_object(const std::string& targe
   }
 }
 
-void compile_runtime_soon(const std::string& target) {
+void compile_runtime_soon(const std::string& target, const std::function<bool()>& stored) {
   if (jit::embedded_runtime(target)) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = slots.find(target); it != slots.end() && it->second.object.valid()) return;
+  }
+  if (stored()) return;
   std::lock_guard<std::mutex> lock(mutex);
   Slot& slot = slots[target];
   if (!slot.object.valid()) slot.object = std::async(std::launch::async, compile, target).share();

@@ -1,5 +1,6 @@
 #pragma once
 // The Halide runtime object of each target, compiled at most once per process.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,9 +14,10 @@ namespace optfuse::engine_detail {
 // it for this call (here, or on the thread compile_runtime_soon started).
 std::shared_ptr<const std::vector<char>> runtime_object(const std::string& target, bool* compiled);
 
-// Starts compiling `target`'s runtime object on a thread of its own, unless it is compiled or
-// compiling: a cold start then compiles it beside its first kernel (the two take about the same
-// time, on two cores). runtime_object() waits for it; an error it meets is thrown there.
-void compile_runtime_soon(const std::string& target);
+// Starts compiling `target`'s runtime object on a thread of its own, unless it is built in,
+// compiled or compiling, or `stored()` (asked only then: a read of the store) says the caller
+// has it already: a cold start then compiles it beside its first kernel (the two take about the
+// same time, on two cores). runtime_object() waits for it; an error it meets is thrown there.
+void compile_runtime_soon(const std::string& target, const std::function<bool()>& stored);
 
 }  // namespace optfuse::engine_detail
