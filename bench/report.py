@@ -39,7 +39,13 @@ import statistics
 import subprocess
 import sys
 
-from report_precision import plot_precision, precision_rows, precision_table
+from report_precision import (
+    human,
+    mark_smoke_test,
+    plot_precision,
+    precision_rows,
+    precision_table,
+)
 
 ALL_SIZES = [1 << p for p in range(10, 27, 2)]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,11 +100,6 @@ def rows(data):
 
 def gbps(b):
     return b.get("bytes_per_second", 0) / 1e9
-
-
-def human(n):
-    p = n.bit_length() - 1
-    return f"2^{p}" if n == 1 << p else str(n)
 
 
 def machine():
@@ -286,18 +287,7 @@ def plot(data, png):
     load = f", load average {m['loadavg']:.1f}" if m.get("loadavg") is not None else ""
     fig.suptitle(f"AdamW step, {m['cpu']}, {m['cpus']} CPUs, {avx}{load}\n{what}", fontsize=9)
     if data["quick"]:
-        fig.text(
-            0.5,
-            0.5,
-            "SMOKE TEST\nnot figures",
-            ha="center",
-            va="center",
-            fontsize=44,
-            color="red",
-            alpha=0.25,
-            rotation=20,
-            weight="bold",
-        )
+        mark_smoke_test(fig)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 

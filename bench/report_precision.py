@@ -5,9 +5,26 @@ against the bytes it moves per element for every way of storing params and state
 import statistics
 
 
-def human(n):  # as report.py writes sizes
+def human(n):
+    """A size as the reports write it: 2^k for a power of two."""
     p = n.bit_length() - 1
     return f"2^{p}" if n == 1 << p else str(n)
+
+
+def mark_smoke_test(fig):
+    """Writes across a --quick run's plot that its numbers are no figures."""
+    fig.text(
+        0.5,
+        0.5,
+        "SMOKE TEST\nnot figures",
+        ha="center",
+        va="center",
+        fontsize=44,
+        color="red",
+        alpha=0.25,
+        rotation=20,
+        weight="bold",
+    )
 
 
 # bench_precision's variants: label, colour.
@@ -90,18 +107,7 @@ def plot_precision(data, png):
         fontsize=9,
     )
     if data["quick"]:
-        fig.text(
-            0.5,
-            0.5,
-            "SMOKE TEST\nnot figures",
-            ha="center",
-            va="center",
-            fontsize=44,
-            color="red",
-            alpha=0.25,
-            rotation=20,
-            weight="bold",
-        )
+        mark_smoke_test(fig)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
