@@ -85,33 +85,85 @@ TEST(GroupPlan, CentralizedGraphTakesThePlainGraphsArguments) {
   EXPECT_EQ(state_names(plain), state_names(gc));
 }
 
-// Only a change of the graph makes a new plan: a value the kernel takes as a scalar does not.
-TEST(GroupPlan, SameGraphExactlyWhenTheStructureIsUnchanged) {
-  Engine& engine = testing::shared_engine();
+// Only a change of the structure makes a new plan: a value the kernel takes as a scalar does
+// not, and comparing builds no graph. A plan compiles nothing: its signatures come from the
+// graphs.
+TEST(GroupPlan, SameStructureExactlyWhenTheGraphIsUnchanged) {
+  EngineOptions o;
+  o.memory_only = true;
+  Engine engine(o);
   Recipe x("adam", {});
-  auto plan = optim::plan_group(engine, x.r, 1);
-  EXPECT_EQ(plan->epoch, 1u);
+  auto plan = optim::plan_group(engine, x.r);
+  EXPECT_EQ(engine.counters().compiles, 0);
   EXPECT_TRUE(plan->dense.has_state("exp_avg_sq"));
   EXPECT_FALSE(plan->dense.has_state("max_exp_avg_sq"));
-  ASSERT_EQ(plan->dense.output_input.size(), plan->dense.kernel->signature().outputs.size());
+  ASSERT_EQ(plan->dense.output_input.size(), plan->dense.signature.outputs.size());
   EXPECT_EQ(plan->dense.key_slot, -1);
+  EXPECT_FALSE(plan->factored.planned);
+  EXPECT_EQ(signature_text(plan->dense.signature),
+            signature_text(engine.kernel(plan->dense.graph)->signature()));
 
   auto with = [&](const Options& change) {
     GraphRecipe r = x.r;
     for (auto it = change.begin(); it != change.end(); ++it) r.options[it.key()] = it.value();
     return r;
   };
-  EXPECT_TRUE(optim::same_graph(*plan, with({{"lr", 0.5}})));
-  EXPECT_TRUE(optim::same_graph(*plan, with({{"betas", {0.5, 0.9}}, {"eps", 1e-3}})));
-  EXPECT_TRUE(optim::same_graph(*plan, with({{"maximize", true}})));  // a sign scalar
-  EXPECT_FALSE(optim::same_graph(*plan, with({{"amsgrad", true}})));
-  EXPECT_FALSE(optim::same_graph(*plan, with({{"grad_centralization", true}})));
+  EXPECT_TRUE(optim::same_structure(*plan, with({{"lr", 0.5}})));
+  EXPECT_TRUE(optim::same_structure(*plan, with({{"betas", {0.5, 0.9}}, {"eps", 1e-3}})));
+  EXPECT_TRUE(optim::same_structure(*plan, with({{"maximize", true}})));  // a sign scalar
+  EXPECT_FALSE(optim::same_structure(*plan, with({{"amsgrad", true}})));
+  EXPECT_FALSE(optim::same_structure(*plan, with({{"grad_centralization", true}})));
+  EXPECT_FALSE(optim::same_structure(*plan, with({{"state_dtype", "int8"}})));
   GraphRecipe scaled = x.r;
   scaled.prologue.scaled = true;
-  EXPECT_FALSE(optim::same_graph(*plan, scaled));
+  EXPECT_FALSE(optim::same_structure(*plan, scaled));
   GraphRecipe sixteen = x.r;
   sixteen.precision.param = DType::BF16;
-  EXPECT_FALSE(optim::same_graph(*plan, sixteen));
+  EXPECT_FALSE(optim::same_structure(*plan, sixteen));
+}
+
+// What makes the fast comparison sound: every rule's graphs, built from the options it declares
+// (UpdateRule::graph_options), are the graphs of all its options, and equal structure text means
+// equal graphs. Probed over each option flipped or set to 0, 0.5 and 2 (where valid), in the
+// master-weights and the unmastered form, plain and factored.
+TEST(GroupPlan, EveryRulesGraphIsAFunctionOfItsStructure) {
+  for (const std::string& type : optim::rule_types()) {
+    SCOPED_TRACE(type);
+    Recipe x(type, {});
+    const optim::UpdateRule& rule = *x.rule;
+    std::vector<Options> probes = {x.r.options};
+    for (auto it = x.r.options.begin(); it != x.r.options.end(); ++it) {
+      if (it.value().is_boolean()) {
+        probes.push_back(x.r.options);
+        probes.back()[it.key()] = !it.value().get<bool>();
+      } else if (it.value().is_number()) {
+        for (double v : {0.0, 0.5, 2.0}) {
+          probes.push_back(x.r.options);
+          probes.back()[it.key()] = v;
+        }
+      }
+    }
+    std::vector<std::pair<std::string, std::string>> seen;  // structure, graphs' text
+    for (const Options& h : probes) {
+      try {
+        rule.validate(h, "");
+      } catch (const Error&) {
+        continue;
+      }
+      const Options view = optim::graph_view(rule, h);
+      std::string text = print(rule.graph(h)) + print(rule.unmastered_graph(h));
+      EXPECT_EQ(print(rule.graph(view)) + print(rule.unmastered_graph(view)), text) << h.dump();
+      if (auto f = rule.factored_graph(h)) {
+        text += print(*f);
+        EXPECT_EQ(print(*rule.factored_graph(view)), print(*f)) << h.dump();
+      }
+      const std::string structure = rule.structure(h);
+      for (const auto& [s, t] : seen)
+        if (s == structure) EXPECT_EQ(t, text) << "structure " << s << ", options " << h.dump();
+      seen.emplace_back(structure, text);
+    }
+    EXPECT_GT(seen.size(), 1u);
+  }
 }
 
 TEST(GroupPlan, StateFilesMayHoldTheStateOfAnyStructure) {

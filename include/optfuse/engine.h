@@ -127,6 +127,10 @@ class Engine {
   // The kernel for calls of about `size_hint` elements: the tuned schedule for this graph and
   // target measured nearest that size (EngineOptions::schedule_db), else options().schedule.
   std::shared_ptr<const Kernel> kernel(const Graph& g, int64_t size_hint);
+  // The signature kernel(g) has (whatever its schedule), without compiling: what a caller binds
+  // its buffers to while the kernel compiles elsewhere. Thread-safe, and it does not wait for a
+  // compile in progress. Throws kernel()'s Error for an opaque op without an implementation.
+  KernelSignature signature(const Graph& g) const;
   // The resolved schedule kernel(g, size_hint) uses, and whether it came from the database.
   Schedule schedule_for(const Graph& g, int64_t size_hint, bool* tuned = nullptr) const;
 

@@ -335,7 +335,10 @@ class Optimizer {
     std::vector<int64_t> shape;
   };
   // The buffers the next step of `group` reads and writes, for its current options and dtypes
-  // (resolving its kernel, which may compile; it changes when set() changes the structure).
+  // (it changes when set() changes the structure). It compiles nothing and does not wait: the
+  // buffers come from the update graph's signature, and where the group's kernels are new they
+  // start compiling on a thread of their own, which the next step waits for (so a caller makes
+  // its buffers while they compile). A compile's Error surfaces at that step, before any write.
   // With state_dtype "int8" a tensor of at least min_8bit_size elements has other buffers than
   // the group's: the u8 codes under the state's name and its f32 scales, "<name>.absmax", with
   // one value per block; the per-tensor spec says which.

@@ -61,6 +61,9 @@ struct PyEngine {
 
 // The optimizer with the gradient addresses it was last given, so a step after torch's
 // zero_grad(set_to_none=True) rebinds only the gradients that moved.
+// Calls that may wait for a kernel compile (the optimizer compiles on a thread of its own,
+// optim/group_binding.h) or for the engine's lock, which a compile holds, run without the GIL:
+// a compile may report a warning, which takes the GIL.
 struct PyOptimizer {
   std::shared_ptr<PyEngine> engine;  // outlives the optimizer
   std::unique_ptr<optfuse::Optimizer> opt;
@@ -68,6 +71,11 @@ struct PyOptimizer {
   std::vector<std::vector<int64_t>> numels;
   std::vector<DType> grad_dtype;
   bool cuda = false;
+
+  ~PyOptimizer() {
+    nb::gil_scoped_release release;  // (the optimizer waits for its compiles)
+    opt.reset();
+  }
 };
 
 // A TorchStep with the optimizer it drives (kept alive as long as it is).
@@ -216,7 +224,11 @@ NB_MODULE(_core, m) {
       .def_prop_ro("tuned_schedules", [](const PyEngine& e) { return e.engine->tuned_schedules(); })
       .def_prop_ro("schedule_db", [](const PyEngine& e) { return e.engine->options().schedule_db; })
       .def("counters", [](const PyEngine& e) {
-        optfuse::EngineCounters c = e.engine->counters();
+        optfuse::EngineCounters c;
+        {
+          nb::gil_scoped_release release;
+          c = e.engine->counters();
+        }
         nb::dict d;
         d["compiles"] = c.compiles;
         d["lookups"] = c.lookups;
@@ -361,8 +373,13 @@ NB_MODULE(_core, m) {
       .def("step_count",
            [](const PyOptimizer& o, size_t g, size_t i) { return o.opt->step_count(g, i); })
       .def("kernel_uses", [](const PyOptimizer& o) {
+        std::vector<optfuse::Optimizer::KernelUse> uses;
+        {
+          nb::gil_scoped_release release;
+          uses = o.opt->kernel_uses();
+        }
         nb::list l;
-        for (const auto& u : o.opt->kernel_uses()) {
+        for (const auto& u : uses) {
           nb::dict d;
           d["key"] = u.key;
           d["name"] = u.name;

@@ -79,7 +79,7 @@ struct Engine::Impl {
   std::string target;  // resolved Halide target string
   int num_threads;
 
-  mutable std::mutex mutex;  // guards everything below; held while compiling
+  mutable std::mutex mutex;  // guards everything below but `opaque`; held while compiling
   std::unordered_map<std::string, std::shared_ptr<const Kernel>> table;
   EngineCounters counters;
   std::shared_ptr<ObjectStore> store;
@@ -91,13 +91,43 @@ struct Engine::Impl {
     OpaqueFn fn;
     OpaqueScope scope;
   };
-  std::map<std::string, Opaque> opaque;  // register_opaque(): callee -> implementation
+  // register_opaque(): callee -> implementation. A mutex of its own, so that signature() answers
+  // while another thread compiles; entries are never removed, so pointers to them stay valid.
+  mutable std::mutex opaque_mutex;
+  std::map<std::string, Opaque> opaque;
 
   // The implementation serving `callee`: its own, else that of the name before its ':'.
   const Opaque* opaque_for(const std::string& callee) const {
+    std::lock_guard<std::mutex> lock(opaque_mutex);
     auto it = opaque.find(callee);
     if (it == opaque.end()) it = opaque.find(callee.substr(0, callee.find(':')));
     return it == opaque.end() ? nullptr : &it->second;
+  }
+
+  // The signature of a graph the partitioner cut into `p`, and each opaque cluster's step (its
+  // callee and implementation; `steps` may be null). Error naming the graph if an opaque op has
+  // no implementation: it fails before anything compiles.
+  KernelSignature cut_signature(const Graph& canonical, const Partition& p, const std::string& name,
+                                std::vector<CompositeStep>* steps) const {
+    KernelSignature sig = lower::signature(canonical);
+    for (size_t i = 0; i < p.clusters.size(); ++i) {
+      if (p.clusters[i].kind != Cluster::Kind::Opaque) continue;
+      const std::string& callee = p.canonical.node(p.clusters[i].nodes.at(0)).name;
+      const Opaque* impl = opaque_for(callee);
+      if (!impl)
+        throw Error("graph \"" + name + "\": opaque op \"" + callee +
+                    "\" has no implementation in this engine: register one with "
+                    "Engine::register_opaque(\"" +
+                    callee + "\", fn) before Engine::kernel() (the graph runs as " +
+                    std::to_string(p.clusters.size()) +
+                    " clusters, the opaque op between kernels)");
+      if (steps) {
+        (*steps)[i].callee = callee;
+        (*steps)[i].opaque = impl->fn;
+      }
+      if (impl->scope == OpaqueScope::Matrix) sig.whole = sig.per_row = true;  // calls give cols
+    }
+    return sig;
   }
 
   // The schedule for calls of about `n` elements of `canonical` (resolved), tuned if the
@@ -301,6 +331,13 @@ std::shared_ptr<const Kernel> Engine::kernel(const Graph& g, int64_t size_hint) 
                        size_hint);
 }
 
+KernelSignature Engine::signature(const Graph& g) const {
+  Graph canonical = canonicalize(g);
+  Partition p = partition(canonical);
+  if (one_kernel(p)) return lower::signature(canonical);
+  return impl_->cut_signature(canonical, p, g.name(), nullptr);
+}
+
 std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const std::string& name,
                                                    const Schedule& resolved, int64_t size_hint) {
   if (options.compile_only)
@@ -317,23 +354,8 @@ std::shared_ptr<const Kernel> Engine::Impl::kernel(const Graph& canonical, const
   }
   Partition p = partition(canonical);
   if (one_kernel(p)) return compiled_locked(canonical, name, resolved, key);
-  // Every opaque op's implementation first: a missing one fails before anything compiles.
   std::vector<CompositeStep> steps(p.clusters.size());
-  KernelSignature sig = lower::signature(canonical);
-  for (size_t i = 0; i < p.clusters.size(); ++i) {
-    if (p.clusters[i].kind != Cluster::Kind::Opaque) continue;
-    const std::string& callee = p.canonical.node(p.clusters[i].nodes.at(0)).name;
-    const Opaque* impl = opaque_for(callee);
-    if (!impl)
-      throw Error("graph \"" + name + "\": opaque op \"" + callee +
-                  "\" has no implementation in this engine: register one with "
-                  "Engine::register_opaque(\"" +
-                  callee + "\", fn) before Engine::kernel() (the graph runs as " +
-                  std::to_string(p.clusters.size()) + " clusters, the opaque op between kernels)");
-    steps[i].callee = callee;
-    steps[i].opaque = impl->fn;
-    if (impl->scope == OpaqueScope::Matrix) sig.whole = sig.per_row = true;  // calls give cols
-  }
+  KernelSignature sig = cut_signature(canonical, p, name, &steps);
   std::vector<Part> cluster = parts(p, name, resolved, size_hint);
   for (size_t i = 0; i < p.clusters.size(); ++i) {
     if (p.clusters[i].kind != Cluster::Kind::Kernel) continue;
@@ -513,7 +535,7 @@ void Engine::register_opaque(const std::string& callee, OpaqueFn fn, OpaqueScope
 
 bool Engine::register_default_opaque(const std::string& callee, OpaqueFn fn, OpaqueScope scope) {
   if (!fn) throw Error("register_opaque(\"" + callee + "\"): the implementation is empty");
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::lock_guard<std::mutex> lock(impl_->opaque_mutex);
   return impl_->opaque.emplace(callee, Impl::Opaque{std::move(fn), scope}).second;
 }
 

@@ -30,6 +30,10 @@ class Adadelta final : public UpdateRule {
     if (wd < 0) throw Error(where + ": Invalid weight_decay value: " + pyfloat(wd));
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{};  // scalars only
+  }
+
   Graph graph(const Options&) const override {
     Graph gr("adadelta");
     Value p = gr.param("param"), v = gr.state("square_avg"), u = gr.state("acc_delta");

@@ -54,6 +54,10 @@ class Adafactor final : public UpdateRule {
     if (wd < 0) throw Error(where + ": weight_decay should be >= 0 but is: " + pyfloat(wd));
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{};  // scalars only
+  }
+
   Graph graph(const Options&) const override {
     Graph gr("adafactor");
     Value p = gr.param("param"), grad = gr.grad("grad"), variance = gr.state("variance");

@@ -36,6 +36,10 @@ class Adagrad final : public UpdateRule {
     if (eps < 0) throw Error(where + ": Invalid epsilon value: " + pyfloat(eps));
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{};  // scalars only
+  }
+
   Graph graph(const Options&) const override {
     Graph gr("adagrad");
     Value p = gr.param("param"), sum = gr.state("sum");

@@ -53,6 +53,10 @@ class Adam final : public UpdateRule {
     validate_adam_like(h, where);
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{"amsgrad", "grad_centralization"};
+  }
+
   Graph graph(const Options& h) const override {
     bool amsgrad = h.at("amsgrad").get<bool>();
     bool gc = h.value("grad_centralization", false);

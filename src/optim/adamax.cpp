@@ -29,6 +29,10 @@ class Adamax final : public UpdateRule {
     validate_adam_like(h, where);
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{};  // scalars only
+  }
+
   Graph graph(const Options&) const override {
     Graph gr("adamax");
     Value p = gr.param("param"), m = gr.state("exp_avg"), u = gr.state("exp_inf");

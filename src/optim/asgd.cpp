@@ -40,6 +40,10 @@ class Asgd final : public UpdateRule {
     if (wd < 0) throw Error(where + ": Invalid weight_decay value: " + pyfloat(wd));
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{};  // scalars only
+  }
+
   Graph graph(const Options&) const override {
     Graph gr("asgd");
     Value p = gr.param("param"), ax = gr.state("ax");

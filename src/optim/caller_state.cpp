@@ -60,14 +60,14 @@ std::vector<Optimizer::StateSpec> spec_of(const Impl& impl, const Impl::Group& g
 
 std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group) const {
   Impl::Group& g = group_at(*impl_, group);
-  resolve_kernel(*impl_, g, group);
+  resolve_plan(*impl_, g, group);
   return spec_of(*impl_, g, g.plan->dense, nullptr, 0);
 }
 
 std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group, size_t index) const {
   Impl::Tensor& t = tensor_at(*impl_, group, index);
   Impl::Group& g = group_at(*impl_, group);
-  resolve_kernel(*impl_, g, group);
+  resolve_plan(*impl_, g, group);
   return spec_of(*impl_, g, g.plan_of(t), &t, g.block_of(t));
 }
 
@@ -78,7 +78,7 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
   // The tensor's kernel plan says which buffers exist; the spec's names are listed only for the
   // error.
   Impl::Group& g = group_at(*impl_, group);
-  resolve_kernel(*impl_, g, group);
+  resolve_plan(*impl_, g, group);
   const std::vector<StateSpec> specs = state_spec(group, index);
   auto slot =
       std::find_if(specs.begin(), specs.end(), [&](const StateSpec& s) { return s.name == name; });
@@ -120,7 +120,7 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
   t.state.insert_or_assign(name, optim::StateBuffer::caller(buffer));
   if (want == DType::U8) t.state_block = g.plan->blocking.block;
   t.bound_fresh = t.bound_fresh || fresh;
-  t.epoch = 0;  // the next step looks its state buffers up again
+  t.bound.reset();  // the next step looks its state buffers up again
 }
 
 void Optimizer::bind_scalar(size_t group, size_t index, const std::string& name,

@@ -78,6 +78,11 @@ class CustomRule final : public UpdateRule {
     }
   }
 
+  // The graph is normalized(h)'s, one per CustomOptimizer::structure.
+  std::string structure(const Options& h) const override {
+    return def_.structure ? def_.structure(h) : "";
+  }
+
   Graph graph(const Options& h) const override { return normalized(h).graph; }
 
   void scalars(const Options& h, const TensorStep& t,

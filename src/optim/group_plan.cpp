@@ -1,6 +1,7 @@
 #include "optim/group_plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <utility>
 
@@ -11,41 +12,61 @@ namespace optfuse::optim {
 
 namespace {
 
+// Which of a group's graphs group_graph() builds.
+struct Variant {
+  bool centralized, blocked, factored;
+};
+
 // After the rule's graph (rule_graph(): the master-weights or the unmastered form, with the
-// rule's gradient centralization), each transform in this order rewrites the graph so far.
+// rule's gradient centralization, or its factored graph), each transform in this order rewrites
+// the graph so far.
 struct Transform {
   const char* name;
-  Graph (*apply)(const Graph& g, const GraphRecipe& r);
+  Graph (*apply)(const Graph& g, const GraphRecipe& r, Variant v);
 };
 constexpr Transform kTransforms[] = {
     // g_eff = (grad_accum + grad) * grad_scale: accumulation, unscaling, clipping (grad_prologue.h)
-    {"grad prologue",
-     [](const Graph& g, const GraphRecipe& r) { return with_grad_prologue(g, r.prologue); }},
+    {"grad prologue", [](const Graph& g, const GraphRecipe& r,
+                         Variant) { return with_grad_prologue(g, r.prologue); }},
     // 16-bit params, grads and state: conversions, the master copy, rounding (precision.h)
     {"precision",
-     [](const Graph& g, const GraphRecipe& r) { return apply_precision(g, r.precision); }},
+     [](const Graph& g, const GraphRecipe& r, Variant) { return apply_precision(g, r.precision); }},
+    // On f32 state whatever the params' dtype, for the tensors that keep 8-bit state: the rule's
+    // state as 8-bit codes and per-block scales (block_state.h).
+    {"8-bit state", [](const Graph& g, const GraphRecipe&,
+                       Variant v) { return v.blocked ? quantize_state(g, blocked_states(g)) : g; }},
 };
 
 bool centralizes(const Options& h) { return h.value("grad_centralization", false); }
 
+std::atomic<int64_t> graphs_built{0};
+
 }  // namespace
 
+int64_t group_graphs_built() { return graphs_built.load(); }
+
+Options graph_view(const UpdateRule& rule, const Options& h) {
+  const std::optional<std::vector<std::string>> names = rule.graph_options();
+  if (!names) return h;
+  Options view = Options::object();
+  for (const std::string& name : *names)
+    if (auto it = h.find(name); it != h.end()) view[name] = *it;
+  return view;
+}
+
 Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked, bool factored) {
+  ++graphs_built;
+  Options view = graph_view(*r.rule, r.options);
+  // (Both graphs of a group with GC take the same arguments: the plain one is the GC graph with
+  // the option off.)
+  if (!centralized && centralizes(r.options)) view["grad_centralization"] = false;
   Graph g = [&] {
-    if (factored) {
-      std::optional<Graph> f = r.rule->factored_graph(r.options);
-      if (!f) internal_error(r.rule->type() + " has no factored graph");
-      return std::move(*f);
-    }
-    if (centralized || !centralizes(r.options)) return rule_graph(*r.rule, r.options, r.precision);
-    Options plain = r.options;
-    plain["grad_centralization"] = false;
-    return rule_graph(*r.rule, plain, r.precision);
+    if (!factored) return rule_graph(*r.rule, view, r.precision);
+    std::optional<Graph> f = r.rule->factored_graph(view);
+    if (!f) internal_error(r.rule->type() + " has no factored graph");
+    return std::move(*f);
   }();
-  for (const Transform& t : kTransforms) g = t.apply(g, r);
-  // Last, on f32 state whatever the params' dtype: the rule's state as 8-bit codes and per-block
-  // scales (block_state.h). Only for the tensors that keep 8-bit state, so not in the list.
-  if (blocked) g = quantize_state(g, blocked_states(g));
+  for (const Transform& t : kTransforms) g = t.apply(g, r, Variant{centralized, blocked, factored});
   return g;
 }
 
@@ -59,7 +80,8 @@ std::vector<StateSlot> graph_state(const Graph& g) {
 }
 
 int64_t rule_state_count(const GraphRecipe& r) {
-  return static_cast<int64_t>(graph_state(rule_graph(*r.rule, r.options, r.precision)).size());
+  const Options view = graph_view(*r.rule, r.options);
+  return static_cast<int64_t>(graph_state(rule_graph(*r.rule, view, r.precision)).size());
 }
 
 std::vector<std::string> known_state_names(const UpdateRule& rule, const Options& options) {
@@ -82,8 +104,9 @@ std::vector<std::string> known_state_names(const UpdateRule& rule, const Options
     } catch (const Error&) {
       continue;  // not an option set the rule accepts
     }
-    std::vector<StateSlot> slots = graph_state(rule.graph(h));
-    if (std::optional<Graph> factored = rule.factored_graph(h)) {
+    const Options view = graph_view(rule, h);
+    std::vector<StateSlot> slots = graph_state(rule.graph(view));
+    if (std::optional<Graph> factored = rule.factored_graph(view)) {
       const std::vector<StateSlot> more = graph_state(*factored);
       slots.insert(slots.end(), more.begin(), more.end());
     }
@@ -100,11 +123,12 @@ bool KernelPlan::has_state(const std::string& name) const {
 
 namespace {
 
-KernelPlan plan_kernel(Engine& engine, Graph graph, int64_t size_hint) {
+KernelPlan plan_kernel(const Engine& engine, Graph graph) {
   KernelPlan k;
+  k.planned = true;
   k.graph = std::move(graph);
-  k.kernel = size_hint >= 0 ? engine.kernel(k.graph, size_hint) : engine.kernel(k.graph);
-  const KernelSignature& sig = k.kernel->signature();
+  k.signature = engine.signature(k.graph);
+  const KernelSignature& sig = k.signature;
   for (const auto& in : sig.inputs)
     if (in.role == Role::State || in.role == Role::RowState || in.role == Role::ColState)
       k.state.push_back({in.name, in.dtype, in.role == Role::RowState, in.role == Role::ColState});
@@ -138,23 +162,20 @@ void check_blockable(const GraphRecipe& r, const Graph& dense, const std::string
     throw Error(where + ": state_dtype \"int8\" is not supported here: " + why);
 }
 
-std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint64_t epoch,
-                                            const std::string& where, int64_t size_hint) {
+std::shared_ptr<const GroupPlan> plan_group(const Engine& engine, GraphRecipe r,
+                                            const std::string& where) {
   auto plan = std::make_shared<GroupPlan>();
+  plan->structure = r.rule->structure(r.options);
   plan->centralizes = centralizes(r.options);
   plan->blocking = group_blocking(r.options);
-  plan->dense = plan_kernel(engine, group_graph(r, false), size_hint);
-  plan->graph_text = print(plan->dense.graph);
-  if (r.rule->factored_graph(r.options)) {
-    plan->factored = plan_kernel(engine, group_graph(r, false, false, true), size_hint);
-    plan->graph_text += print(plan->factored.graph);
-  }
+  plan->dense = plan_kernel(engine, group_graph(r, false));
+  if (r.rule->factored_graph(graph_view(*r.rule, r.options)))
+    plan->factored = plan_kernel(engine, group_graph(r, false, false, true));
   if (plan->blocking.on()) {
     check_blockable(r, plan->dense.graph, where);
-    plan->blocked = plan_kernel(engine, group_graph(r, false, true), size_hint);
+    plan->blocked = plan_kernel(engine, group_graph(r, false, true));
     // (step_round.cpp computes one list of scalars per group, in the plain kernel's order.)
-    const auto &a = plan->blocked.kernel->signature().scalars,
-               &b = plan->dense.kernel->signature().scalars;
+    const auto &a = plan->blocked.signature.scalars, &b = plan->dense.signature.scalars;
     const bool same = a.size() == b.size() &&
                       std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) {
                         return x.name == y.name && x.dtype == y.dtype;
@@ -162,19 +183,16 @@ std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint6
     if (!same) internal_error("the 8-bit kernel's scalars differ from the group kernel's");
   }
   plan->recipe = std::move(r);
-  plan->epoch = epoch;
   return plan;
 }
 
-bool same_graph(const GroupPlan& plan, const GraphRecipe& r) {
+bool same_structure(const GroupPlan& plan, const GraphRecipe& r) {
   const GraphRecipe& p = plan.recipe;
-  if (p.rule != r.rule || !(p.precision == r.precision) ||
-      p.prologue.accumulated != r.prologue.accumulated || p.prologue.scaled != r.prologue.scaled ||
-      plan.centralizes != centralizes(r.options) || !(plan.blocking == group_blocking(r.options)))
-    return false;
-  std::string text = print(group_graph(r, false));
-  if (r.rule->factored_graph(r.options)) text += print(group_graph(r, false, false, true));
-  return text == plan.graph_text;
+  return p.rule == r.rule && p.precision == r.precision &&
+         p.prologue.accumulated == r.prologue.accumulated &&
+         p.prologue.scaled == r.prologue.scaled && plan.centralizes == centralizes(r.options) &&
+         plan.blocking == group_blocking(r.options) &&
+         plan.structure == r.rule->structure(r.options);
 }
 
 }  // namespace optfuse::optim

@@ -3,12 +3,13 @@
 //
 // group_graph() is the one pure function from (rule, options, dtypes, step features) to the
 // graph a group's kernels compute: the rule's graph, then the flat list of named transforms in
-// group_plan.cpp. plan_group() compiles it and derives the rest from the result alone: which
-// state buffers exist and their dtypes, which input each output replaces, where a scalar goes.
-// With state_dtype "int8" a group has two such kernel plans: the 8-bit one for tensors of at
-// least min_8bit_size elements, and the plain one for the others.
-// A group holds its plan as one immutable value (Optimizer::Impl::Group::plan), rebuilt only
-// when the graph changes; `optfuse warmup` compiles the same graph (update_graph()).
+// group_plan.cpp. plan_group() derives the rest from the graphs' signatures (Engine::signature,
+// nothing compiles): which state buffers exist and their dtypes, which input each output
+// replaces, where a scalar goes. With state_dtype "int8" a group has two such kernel plans: the
+// 8-bit one for tensors of at least min_8bit_size elements, and the plain one for the others.
+// A group holds its plan as one immutable value, rebuilt only when its structure changes
+// (same_structure: compared without building a graph); group_binding.h compiles its tensors'
+// kernels. `optfuse warmup` compiles the same graphs (update_graph()).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,6 +33,10 @@ struct GraphRecipe {
   GradPrologue prologue;
 };
 
+// The options of `h` that `rule`'s graphs read (UpdateRule::graph_options): what group_graph()
+// gives them.
+Options graph_view(const UpdateRule& rule, const Options& h);
+
 // The final update graph for `r`; `centralized` keeps the rule's gradient centralization (for
 // tensors of >= 2 dims) and is otherwise turned off, so that both graphs take the same arguments.
 // `blocked`: the graph of a tensor with 8-bit state (block_state.h; the options' state_dtype is
@@ -39,6 +44,10 @@ struct GraphRecipe {
 // graph (UpdateRule::factored_graph, for tensors of >= 2 dims; it must have one).
 Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked = false,
                   bool factored = false);
+
+// How many graphs group_graph() has built in this process (tests: a hyperparameter change
+// builds none).
+int64_t group_graphs_built();
 
 // The state buffers a graph reads (Role::State, Role::RowState and Role::ColState inputs), in
 // input order, with their dtypes: the rule's, then those the transforms add (the master copy,
@@ -64,18 +73,21 @@ std::vector<std::string> known_state_names(const UpdateRule& rule, const Options
 
 // One graph's kernel and what its calls are derived from.
 struct KernelPlan {
+  bool planned = false;  // false: the group has no such graph (e.g. no factored one)
   Graph graph{""};
-  std::shared_ptr<const Kernel> kernel;  // graph's: the arguments its tensors' kernels take
-  std::vector<StateSlot> state;          // graph_state(graph)
-  std::vector<size_t> output_input;      // kernel output position -> the input it replaces
-  int key_slot = -1;                     // scalar position of round_sr's key; -1 if none
+  // Engine::signature(graph): the arguments of every kernel its tensors run (those may differ
+  // in schedule, and a gradient-centralized one in per_row only).
+  KernelSignature signature;
+  std::vector<StateSlot> state;      // graph_state(graph)
+  std::vector<size_t> output_input;  // kernel output position -> the input it replaces
+  int key_slot = -1;                 // scalar position of round_sr's key; -1 if none
 
   bool has_state(const std::string& name) const;
 };
 
 struct GroupPlan {
   GraphRecipe recipe;
-  std::string graph_text;    // the dense and factored graphs' text, what same_graph() compares
+  std::string structure;     // what same_structure() compares (UpdateRule::structure)
   bool centralizes = false;  // the options ask for gradient centralization
   Blocking blocking;         // 8-bit state's block and minimum size (off unless "int8")
   KernelPlan dense;          // group_graph(recipe, false)
@@ -83,12 +95,15 @@ struct GroupPlan {
   // group_graph(recipe, false, false, true) when the rule has a factored graph, else empty: the
   // kernel of its tensors of >= 2 dims.
   KernelPlan factored;
-  uint64_t epoch = 0;  // unique per plan (Tensor::epoch)
 
-  // The kernel plan of a tensor: blocked for tensors with 8-bit state, factored for tensors of
-  // >= 2 dims when the rule has a factored graph.
-  const KernelPlan& of(bool is_blocked, bool is_factored = false) const {
-    return is_blocked ? blocked : is_factored ? factored : dense;
+  // Of a tensor of `numel` elements and `ndim` dims: the block of its 8-bit state (0: it has
+  // none), whether it runs the factored graph (>= 2 dims and the rule has one), whether it is
+  // gradient-centralized (>= 2 dims, GC on), and its kernel plan.
+  int64_t block_of(int64_t numel) const { return blocking.applies(numel) ? blocking.block : 0; }
+  bool factors(size_t ndim) const { return factored.planned && ndim >= 2; }
+  bool centralized(size_t ndim) const { return centralizes && ndim >= 2 && !factors(ndim); }
+  const KernelPlan& of(int64_t numel, size_t ndim) const {
+    return block_of(numel) > 0 ? blocked : factors(ndim) ? factored : dense;
   }
 };
 
@@ -99,17 +114,14 @@ std::string unblockable(const GraphRecipe& r, const Graph& dense);
 // Error naming `where` if unblockable() says why.
 void check_blockable(const GraphRecipe& r, const Graph& dense, const std::string& where);
 
-// Compiles (or loads) the kernel of `r`'s graph (and the 8-bit one for state_dtype "int8") and
-// derives the plan. `epoch` identifies it. Error naming `where` (the group) if the options ask
-// for 8-bit state that the rule's update cannot have. `size_hint` >= 0: the kernels take the
-// schedule Engine::kernel(g, size_hint) gives (with tuned schedules, the group's largest
-// tensor's), so that the plan's kernel is one its tensors run, not one more compile.
-std::shared_ptr<const GroupPlan> plan_group(Engine& engine, GraphRecipe r, uint64_t epoch,
-                                            const std::string& where = "param group",
-                                            int64_t size_hint = -1);
+// The plan of `r`'s graphs (and the 8-bit one for state_dtype "int8"), from their signatures:
+// nothing compiles. Error naming `where` (the group) if the options ask for 8-bit state that the
+// rule's update cannot have, or a graph has an opaque op the engine has no implementation of.
+std::shared_ptr<const GroupPlan> plan_group(const Engine& engine, GraphRecipe r,
+                                            const std::string& where = "param group");
 
-// Whether `plan` was built for a graph equal to the one `r` gives (the options may differ in
-// values the kernel takes as scalars, e.g. a scheduler's new lr) and the same 8-bit blocking.
-bool same_graph(const GroupPlan& plan, const GraphRecipe& r);
+// Whether `plan` was built for the graphs `r` gives, from their recipes alone (the options may
+// differ in values the kernel takes as scalars, e.g. a scheduler's new lr): no graph is built.
+bool same_structure(const GroupPlan& plan, const GraphRecipe& r);
 
 }  // namespace optfuse::optim

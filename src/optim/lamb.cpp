@@ -38,6 +38,10 @@ class Lamb final : public UpdateRule {
                   " (0 disables the clamp)");
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{};  // scalars only
+  }
+
   Graph graph(const Options&) const override {
     Graph gr("lamb");
     Value p = gr.param("param"), g = gr.grad("grad");

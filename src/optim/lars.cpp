@@ -37,6 +37,10 @@ class Lars final : public UpdateRule {
     if (eps < 0) throw Error(where + ": Invalid epsilon value: " + pyfloat(eps));
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{"momentum"};
+  }
+
   Graph graph(const Options& h) const override {
     Graph gr(has_momentum(h) ? "lars_momentum" : "lars");
     Value p = gr.param("param"), g = gr.grad("grad");

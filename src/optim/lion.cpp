@@ -23,6 +23,10 @@ class Lion final : public UpdateRule {
     validate_adam_like(h, where, /*has_eps=*/false);
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{};  // scalars only
+  }
+
   Graph graph(const Options&) const override {
     Graph gr("lion");
     Value p = gr.param("param"), m = gr.state("exp_avg"), g = gr.grad("grad");

@@ -77,6 +77,11 @@ class Muon final : public UpdateRule {
       throw Error(where + ": ns_steps must be a whole number >= 0, got " + pyfloat(steps));
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{"momentum", "nesterov", "ns_coefficients",
+                                    "ns_steps", "eps",      "ns_products"};
+  }
+
   Graph graph(const Options& h) const override {
     const double momentum = h.at("momentum").get<double>();
     const bool nesterov = h.at("nesterov").get<bool>();

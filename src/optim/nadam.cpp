@@ -36,6 +36,10 @@ class Nadam final : public UpdateRule {
     if (md < 0) throw Error(where + ": Invalid momentum_decay value: " + pyfloat(md));
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{"decoupled_weight_decay"};
+  }
+
   Graph graph(const Options& h) const override {
     bool dec = decoupled(h);
     Graph gr(std::string("nadam") + (dec ? "_decoupled" : ""));

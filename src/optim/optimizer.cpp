@@ -1,11 +1,9 @@
 // Optimizer: parameter groups, validation, and step() as three phases so that a failure changes
-// nothing: (1) resolve every group's kernel (may compile), (2) allocate missing state, (3) run.
+// nothing: (1) resolve every group's plan and wait for its kernels (compiling since the plan was
+// made), (2) allocate missing state, (3) run.
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <optional>
-#include <tuple>
 #include <utility>
 
 #include "optfuse/error.h"
@@ -33,79 +31,40 @@ std::string Impl::where(size_t group, size_t index, const ParamRef& ref) {
   return s;
 }
 
-namespace {
-
-// Each tensor's kernel: the gradient-centralized graph where GC applies, the 8-bit graph where
-// its state is 8-bit, else the plan's; with tuned schedules, the schedule for the tensor's size (a
-// model has few distinct sizes, so this makes few kernels). Every one takes its kernel plan's
-// arguments (GC adds a row reduction only).
-void assign_tensor_kernels(Impl& impl, Impl::Group& g) {
-  const optim::GroupPlan& plan = *g.plan;
-  const bool by_size = impl.engine->tuned_schedules() > 0;
-  std::optional<Graph> centralized;
-  std::map<std::tuple<bool, const optim::KernelPlan*, int64_t>, std::shared_ptr<const Kernel>> made;
-  for (auto& t : g.tensors) {
-    const optim::KernelPlan& kp = g.plan_of(t);
-    // (GC never with 8-bit state, plan_group refuses; nor with a factored graph: only the
-    // rules that have none offer it.)
-    const bool gc = t.gc_cols(g.options) > 0 && !g.factored(t);
-    if (gc && !centralized) centralized = optim::group_graph(plan.recipe, true);
-    const Graph& graph = gc ? *centralized : kp.graph;
-    const int64_t n = by_size ? t.ref.param.numel : 0;
-    auto& k = made[{gc, &kp, n}];
-    if (!k) {
-      k = by_size ? impl.engine->kernel(graph, n) : impl.engine->kernel(graph);
-      KernelSignature a = kp.kernel->signature(), b = k->signature();
-      a.per_row = b.per_row = false;  // (a custom graph's plain kernel may reduce per row too)
-      if (signature_text(a) != signature_text(b))
-        internal_error("a tensor kernel's arguments differ from the group's plan kernel's");
-    }
-    t.kernel = k;
-  }
-}
-
-}  // namespace
-
-void resolve_kernel(Impl& impl, Impl::Group& g, size_t group) {
+void resolve_plan(Impl& impl, Impl::Group& g, size_t group) {
   const optim::Precision precision = optim::group_precision(g, group);
   const optim::GradPrologue prologue = impl.control.prologue();
   const optim::GroupPlan* plan = g.plan.get();
   const bool checked = plan && g.plan_options == g.options && plan->recipe.precision == precision &&
                        plan->recipe.prologue.accumulated == prologue.accumulated &&
                        plan->recipe.prologue.scaled == prologue.scaled;
-  if (!checked) {
-    // Options changed (a scheduler's lr, or a structural flag): a new plan only if the graph
-    // did, so that a value the kernel takes as a scalar recompiles nothing.
-    optim::GraphRecipe recipe{impl.rule.get(), g.options, precision, prologue};
-    if (!plan || !optim::same_graph(*plan, recipe)) {
-      // With tuned schedules each tensor's kernel has its size's (assign_tensor_kernels): the
-      // plan's is its largest tensor's, one of them.
-      int64_t largest = -1;
-      if (impl.engine->tuned_schedules() > 0)
-        for (const auto& t : g.tensors) largest = std::max(largest, t.ref.param.numel);
-      g.plan = optim::plan_group(*impl.engine, std::move(recipe), ++impl.plans_made,
-                                 Impl::where(group), largest);
-      for (auto& t : g.tensors) t.kernel.reset();  // every tensor is bound to the new plan
-    }
-    g.plan_options = g.options;
+  if (checked) return;
+  // Options changed (a scheduler's lr, or a structural flag): a new plan only if the structure
+  // did, so that a value the kernel takes as a scalar builds no graph and recompiles nothing.
+  optim::GraphRecipe recipe{impl.rule.get(), g.options, precision, prologue};
+  if (!plan || !optim::same_structure(*plan, recipe)) {
+    auto made = optim::plan_group(*impl.engine, std::move(recipe), Impl::where(group));
+    std::vector<optim::TensorShape> shapes;
+    for (const auto& t : g.tensors) shapes.push_back({t.ref.param.numel, t.ref.param.shape.size()});
+    // Every tensor is bound to the new binding at the next step (Tensor::bound).
+    g.binding = std::make_shared<optim::GroupBinding>(*impl.engine, made, shapes,
+                                                      impl.memory == Memory::Host);
+    g.plan = std::move(made);
   }
-  // (load_state replaces the tensors, so each must still have its kernel.)
-  if (!std::all_of(g.tensors.begin(), g.tensors.end(),
-                   [](const Impl::Tensor& t) { return t.kernel; }))
-    assign_tensor_kernels(impl, g);
+  g.plan_options = g.options;
 }
 
 namespace {
 
 // Each kernel input's state buffer for `t` (Tensor::inputs), once its state is complete.
 void bind_state(Impl::Tensor& t, const Impl::Group& g) {
-  const KernelSignature& sig = g.plan_of(t).kernel->signature();
+  const KernelSignature& sig = g.plan_of(t).signature;
   t.inputs.assign(sig.inputs.size(), nullptr);
   for (size_t i = 0; i < sig.inputs.size(); ++i)
     if (sig.inputs[i].role == Role::State || sig.inputs[i].role == Role::RowState ||
         sig.inputs[i].role == Role::ColState)
       t.inputs[i] = optim::state_pointer(t, sig.inputs[i].name, sig.inputs[i].dtype);
-  t.epoch = g.plan->epoch;
+  t.bound = g.binding;
 }
 
 std::string no_dense_grads(const std::string& type) {
@@ -306,9 +265,18 @@ static void check_sparse_grads(const Impl& impl) {
 // The rule's update of every tensor, with this step's grad_scale (impl.control).
 static void update(Impl& impl) {
   Impl* const impl_ = &impl;
-  // Phase 1: kernels (compilation errors surface here, before any write).
-  for (size_t gi = 0; gi < impl_->groups.size(); ++gi)
-    resolve_kernel(*impl_, impl_->groups[gi], gi);
+  // Phase 1: kernels (compilation errors surface here, before any write; a binding compiles on
+  // a thread of its own from when it is made, group_binding.h).
+  for (size_t gi = 0; gi < impl_->groups.size(); ++gi) resolve_plan(*impl_, impl_->groups[gi], gi);
+  for (auto& g : impl_->groups) {
+    try {
+      g.kernels();
+    } catch (...) {
+      g.plan.reset();  // the next step plans and compiles again
+      g.binding.reset();
+      throw;
+    }
+  }
 
   // Phase 2: state (and master copies), allocated completely before any is installed.
   std::vector<optim::PendingState> pending;
@@ -316,7 +284,7 @@ static void update(Impl& impl) {
     for (size_t ti = 0; ti < impl_->groups[gi].tensors.size(); ++ti) {
       Impl::Group& g = impl_->groups[gi];
       Impl::Tensor& t = g.tensors[ti];
-      if (t.epoch == g.plan->epoch) continue;  // complete since the group's plan was made
+      if (t.bound == g.binding) continue;  // complete since the group's binding was made
       const std::string who = Impl::where(gi, ti, t.ref);
       if (impl_->memory == Memory::Cuda)
         optim::plan_device_state(*impl_, g, t, who, &pending);
@@ -335,7 +303,7 @@ static void update(Impl& impl) {
   }
   for (auto& g : impl_->groups)
     for (auto& t : g.tensors)
-      if (t.epoch != g.plan->epoch) {
+      if (t.bound != g.binding) {
         // Without master weights the param is the value: a copy kept from before would be stale
         // if master weights were turned on again.
         if (auto m = t.state.find(optim::kMasterState); g.plan->recipe.precision.unmastered() &&
@@ -377,10 +345,11 @@ Options Optimizer::step_options() const { return impl_->control.options.to_json(
 std::vector<Optimizer::KernelUse> Optimizer::kernel_uses() const {
   std::vector<KernelUse> uses;
   for (const auto& g : impl_->groups) {
-    if (!g.plan) continue;
+    if (!g.binding) continue;
     std::vector<const Kernel*> counted;  // this group's kernels (several with tuned schedules)
-    for (const auto& t : g.tensors) {
-      const Kernel* k = t.kernel.get();
+    for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
+      const Impl::Tensor& t = g.tensors[ti];
+      const Kernel* k = g.kernels()[ti].get();
       auto it = std::find_if(uses.begin(), uses.end(),
                              [&](const KernelUse& u) { return u.key == k->key(); });
       if (it == uses.end()) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "optfuse/optim.h"
+#include "optim/group_binding.h"
 #include "optim/group_plan.h"
 #include "optim/param_index.h"
 #include "optim/precision.h"
@@ -32,11 +33,6 @@ struct Optimizer::Impl {
     bool bound_fresh = false;  // the bound buffers are new state for the next update
     uint32_t stream = 0;       // this tensor's stochastic-rounding stream (precision.h)
     optim::SparseGrad sparse;  // the row-sparse gradient (rules with sparse_grads() only)
-    // Gradient centralization applies (GC on and >= 2 dims): its row length, else 0.
-    int64_t gc_cols(const Options& options) const {
-      if (ref.param.shape.size() < 2 || !options.value("grad_centralization", false)) return 0;
-      return ref.param.numel / ref.param.shape[0];
-    }
     // The row length a per-row kernel reads (KernelCall::cols): a row is everything but the
     // first dim, numel / shape[0], as gradient centralization and a custom graph's row_* ops
     // (docs/graph-json.md) mean it; a tensor of fewer than 2 dims is one row.
@@ -60,36 +56,35 @@ struct Optimizer::Impl {
     // The shape of a buffer of `s`: the param's, or for row (column) state torch's Adafactor
     // shape, the param's with its last (second-to-last) dim 1; 8-bit scales: 1-D.
     std::vector<int64_t> state_shape(const optim::StateSlot& s, int64_t block) const;
-    // The kernel this tensor runs: the group's graph (gradient-centralized where GC applies,
-    // 8-bit where Group::block_of says) with the group's schedule, or the tuned one for its size.
-    // Same arguments as its kernel plan's kernel (Group::plan_of).
-    std::shared_ptr<const Kernel> kernel;
     // The block size its 8-bit state buffers were made with (0: it holds none); a changed
     // block_size converts them at the next step.
     int64_t state_block = 0;
-    // The epoch of the group plan this tensor's state was completed for (0: never), and the
-    // state buffer each kernel input reads then (null for the param and grad, which the caller
-    // may change): a step whose plan is unchanged neither re-plans the state nor looks it up.
-    uint64_t epoch = 0;
+    // The group binding this tensor's state was completed for (null: never, or looked up again
+    // at the next step), and the state buffer each kernel input reads then (null for the param
+    // and grad, which the caller may change): a step whose binding is unchanged neither
+    // re-plans the state nor looks it up.
+    std::shared_ptr<const optim::GroupBinding> bound;
     std::vector<void*> inputs;
   };
   struct Group {
     Options options;  // defaults merged with overrides, validated
     std::vector<Tensor> tensors;
-    // The group's final update graph and all that is derived from it (group_plan.h), and the
-    // options it was last checked against: resolved at the first step after they change.
+    // The group's final update graph and all that is derived from it (group_plan.h), the options
+    // it was last checked against, and the kernels of its tensors under it (group_binding.h):
+    // resolved at the first step (or state_spec) after they change.
     std::shared_ptr<const optim::GroupPlan> plan;
+    std::shared_ptr<const optim::GroupBinding> binding;
     Options plan_options;
-    // The block size of `t`'s 8-bit state under the plan, 0 if its state is not 8-bit
-    // (state_dtype "int8" and at least min_8bit_size elements), and its kernel plan.
-    int64_t block_of(const Tensor& t) const {
-      return plan->blocking.applies(t.ref.param.numel) ? plan->blocking.block : 0;
-    }
-    // Whether `t` runs the factored graph (the rule has one and `t` has two or more dims).
-    bool factored(const Tensor& t) const { return plan->factored.kernel && t.matrix(); }
+    // Of tensor `t` under the plan: the block size of its 8-bit state (0: none; state_dtype
+    // "int8" and at least min_8bit_size elements), whether it runs the factored graph, and its
+    // kernel plan.
+    int64_t block_of(const Tensor& t) const { return plan->block_of(t.ref.param.numel); }
+    bool factored(const Tensor& t) const { return plan->factors(t.ref.param.shape.size()); }
     const optim::KernelPlan& plan_of(const Tensor& t) const {
-      return plan->of(block_of(t) > 0, factored(t));
+      return plan->of(t.ref.param.numel, t.ref.param.shape.size());
     }
+    // Each tensor's kernel, by index (waits for the binding's compile; throws its Error).
+    const std::vector<std::shared_ptr<const Kernel>>& kernels() const { return binding->kernels(); }
 
     // step()'s scalars (step_round.cpp): tensors of a group nearly always share their step and
     // host state, so the scalars (and the host state they lead to) are computed once and reused
@@ -117,7 +112,6 @@ struct Optimizer::Impl {
   optim::ParamIndex params;  // every group's params by address, for set_grad's overlap check
   std::unique_ptr<optim::WorkerPool> pool;  // for small tensors; made at the first step needing it
   optim::StepControl control;               // clipping, loss scaling, accumulation (step_control.h)
-  uint64_t plans_made = 0;                  // the last GroupPlan::epoch given
   // Scratch for step()'s round of kernel calls (step_round.h), kept so that a step allocates
   // nothing: each tensor's whole call, the slices they are cut into, the runs of slices a thread
   // claims at a time (start indices, then the end), and each thread's call for its slice.
@@ -143,9 +137,9 @@ struct Optimizer::Impl {
 
 // The group at `group`; Error naming it if there is none.
 Optimizer::Impl::Group& group_at(Optimizer::Impl& impl, size_t group);
-// Gives the group the plan for its current options and dtypes (compiling on first use), and
-// every tensor its kernel.
-void resolve_kernel(Optimizer::Impl& impl, Optimizer::Impl::Group& g, size_t group);
+// Gives the group the plan for its current options and dtypes, and its binding (which starts
+// compiling its tensors' kernels where that is new).
+void resolve_plan(Optimizer::Impl& impl, Optimizer::Impl::Group& g, size_t group);
 
 namespace optim {
 // The tensor's bound scalars (caller_state.cpp): read into t.step / t.host before its update,

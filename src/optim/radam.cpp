@@ -36,6 +36,10 @@ class Radam final : public UpdateRule {
     validate_adam_like(h, where);
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{"decoupled_weight_decay"};
+  }
+
   Graph graph(const Options& h) const override {
     bool dec = decoupled(h);
     Graph gr(std::string("radam") + (dec ? "_decoupled" : ""));

@@ -67,6 +67,15 @@ std::vector<std::string> rule_types() {
   return types;
 }
 
+std::string UpdateRule::structure(const Options& h) const {
+  const std::optional<std::vector<std::string>> names = graph_options();
+  if (!names) return h.dump();
+  std::string text;
+  for (const std::string& name : *names)
+    text += name + "=" + (h.contains(name) ? h.at(name).dump() : "-") + ";";
+  return text;
+}
+
 std::unique_ptr<UpdateRule> make_rule(const std::string& type) {
   check_name(type, "optimizer type");
   std::string t = type;

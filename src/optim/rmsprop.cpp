@@ -36,6 +36,10 @@ class Rmsprop final : public UpdateRule {
     if (alpha < 0) throw Error(where + ": Invalid alpha value: " + pyfloat(alpha));
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{"centered", "momentum"};
+  }
+
   Graph graph(const Options& h) const override {
     bool c = centered(h), momentum = has_momentum(h);
     Graph gr(std::string("rmsprop") + (c ? "_centered" : "") + (momentum ? "_momentum" : ""));

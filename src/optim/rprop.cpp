@@ -40,6 +40,10 @@ class Rprop final : public UpdateRule {
       throw Error(where + ": Invalid eta values: " + pyfloat(etaminus) + ", " + pyfloat(etaplus));
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{};  // scalars only
+  }
+
   Graph graph(const Options&) const override {
     Graph gr("rprop");
     Value p = gr.param("param"), prev = gr.state("prev"), step_size = gr.state("step_size");

@@ -44,6 +44,14 @@ class UpdateRule {
   // The update for options `h`: its state inputs are the tensor's state buffers (torch's names),
   // and options it reads only through scalars() may change at any step without recompiling.
   virtual Graph graph(const Options& h) const = 0;
+  // The options graph(), unmastered_graph() and factored_graph() read. They are given these
+  // alone (group_plan.h's graph_view), so reading another finds it missing at the first graph
+  // built. nullopt (the default): every option.
+  virtual std::optional<std::vector<std::string>> graph_options() const { return std::nullopt; }
+  // Text equal for two option sets whose graphs are equal: while it stays the same, a group whose
+  // options change (a scheduler's lr, which only scalars() reads) builds no graph and compiles
+  // nothing. Default: the values of graph_options(), or of every option without them.
+  virtual std::string structure(const Options& h) const;
   // The update of tensors of two or more dims, where it differs from graph()'s (torch's
   // Adafactor factors their second moment over the last two dims: a graph with row and column
   // state and reductions, src/lower/staged.h); none by default. Its tensors are viewed as

@@ -45,6 +45,10 @@ class Sgd final : public UpdateRule {
       throw Error(where + ": Nesterov momentum requires a momentum and zero dampening");
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{"momentum", "nesterov", "grad_centralization"};
+  }
+
   Graph graph(const Options& h) const override {
     bool momentum = has_momentum(h), nesterov = h.at("nesterov").get<bool>();
     bool gc = h.value("grad_centralization", false);

@@ -37,6 +37,10 @@ class SparseAdam final : public UpdateRule {
       throw Error(where + ": Invalid beta parameter at index 1: " + pyfloat(b2));
   }
 
+  std::optional<std::vector<std::string>> graph_options() const override {
+    return std::vector<std::string>{};  // scalars only
+  }
+
   Graph graph(const Options&) const override {
     Graph gr("sparseadam");
     Value p = gr.param("param"), m = gr.state("exp_avg"), v = gr.state("exp_avg_sq");

@@ -69,8 +69,8 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
   // (The group's 8-bit kernel takes the same scalars: plan_group checks.)
   auto in_order = [&](const KernelPlan& kp, std::vector<double>* out) {
     out->clear();
-    if (!kp.kernel) return;
-    for (const auto& s : kp.kernel->signature().scalars) {
+    if (!kp.planned) return;
+    for (const auto& s : kp.signature.scalars) {
       auto it = values.find(s.name);
       if (it == values.end()) internal_error("rule gave no value for scalar '" + s.name + "'");
       out->push_back(it->second);
@@ -90,17 +90,16 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
 
 // `t`'s whole call for this step in `call` (reusing its vectors: no allocation once warm). For
 // a tensor with 8-bit state it covers the whole blocks; tail_call() gives the rest.
-void prepare_call(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool created_now,
-                  KernelCall& call) {
+void prepare_call(const Impl& impl, Impl::Group& g, Impl::Tensor& t, const Kernel& kernel,
+                  bool created_now, KernelCall& call) {
   const KernelPlan& kp = g.plan_of(t);
   call.scalars = step_scalars(impl, g, t, created_now);
   if (kp.key_slot >= 0)
     call.scalars[static_cast<size_t>(kp.key_slot)] =
         rounding_key(g.options.at("rounding_seed").get<uint64_t>(), t.step, t.stream);
   call.n = t.ref.param.numel;
-  if (t.epoch != g.plan->epoch)
-    internal_error("a tensor's state is not bound to its group's kernel");
-  const KernelSignature& sig = kp.kernel->signature();
+  if (t.bound != g.binding) internal_error("a tensor's state is not bound to its group's kernel");
+  const KernelSignature& sig = kp.signature;
   call.inputs.resize(sig.inputs.size());
   for (size_t i = 0; i < sig.inputs.size(); ++i)
     call.inputs[i] = input_pointer(t, sig.inputs[i], i);
@@ -110,7 +109,7 @@ void prepare_call(const Impl& impl, Impl::Group& g, Impl::Tensor& t, bool create
   // Only a per-row kernel reads cols: a gradient-centralized graph (only on >= 2 dims, where
   // its rows are row_cols()), a custom graph with row_* ops, or 8-bit state (rows are blocks);
   // a per-column (factored) one also batch_rows: the matrices of its last two dims.
-  const KernelSignature& ks = t.kernel->signature();
+  const KernelSignature& ks = kernel.signature();
   call.cols = ks.per_col ? t.matrix_cols() : ks.per_row ? t.row_cols() : 0;
   call.batch_rows = ks.per_col ? t.matrix_rows() : 0;
   if (const int64_t block = g.block_of(t)) {
@@ -154,7 +153,7 @@ bool tail_call(const Impl::Group& g, const Impl::Tensor& t, const KernelCall& wh
   const int64_t rest = t.ref.param.numel - whole.n;
   if (g.block_of(t) == 0 || rest == 0) return false;
   const KernelPlan& kp = g.plan_of(t);
-  slice_call(kp.kernel->signature(), whole, whole.n, rest, tail);
+  slice_call(kp.signature, whole, whole.n, rest, tail);
   tail.cols = rest;
   if (kp.key_slot >= 0)
     tail.scalars[static_cast<size_t>(kp.key_slot)] =
@@ -166,8 +165,9 @@ bool tail_call(const Impl::Group& g, const Impl::Tensor& t, const KernelCall& wh
 // kernel whose elements do not depend on where the call starts (no whole-tensor or column
 // reduction, no opaque op that needs the whole matrix, no stochastic rounding, which draws its
 // bits by element index).
-bool sliceable(const Impl& impl, const Impl::Group& g, const Impl::Tensor& t) {
-  const KernelSignature& sig = t.kernel->signature();
+bool sliceable(const Impl& impl, const Impl::Group& g, const Impl::Tensor& t,
+               const Kernel& kernel) {
+  const KernelSignature& sig = kernel.signature();
   return impl.memory == Memory::Host && !t.sparse.set && g.plan_of(t).key_slot < 0 &&
          !sig.reduces && !sig.per_col && !sig.whole;
 }
@@ -232,28 +232,31 @@ void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
   };
   for (auto& g : impl.groups) {
     g.memo.valid = false;
-    for (auto& t : g.tensors) {
-      const bool small = t.ref.param.numel <= t.kernel->schedule().min_task;
-      if (device || t.sparse.set || (!small && !sliceable(impl, g, t))) {
+    const std::vector<std::shared_ptr<const Kernel>>& kernels = g.kernels();
+    for (size_t ti = 0; ti < g.tensors.size(); ++ti) {
+      Impl::Tensor& t = g.tensors[ti];
+      const Kernel& kernel = *kernels[ti];
+      const bool small = t.ref.param.numel <= kernel.schedule().min_task;
+      if (device || t.sparse.set || (!small && !sliceable(impl, g, t, kernel))) {
         KernelCall& call = round.lanes[0];
-        prepare_call(impl, g, t, created_now(t), call);
+        prepare_call(impl, g, t, kernel, created_now(t), call);
         if (t.sparse.set) {  // only the touched rows, one call per run of consecutive rows
           const std::vector<void*> base = call.inputs;
-          run_sparse(*t.kernel, g.plan_of(t).output_input, call, base, t.sparse);
+          run_sparse(kernel, g.plan_of(t).output_input, call, base, t.sparse);
           continue;
         }
-        if (call.n > 0) t.kernel->run(call);
-        if (KernelCall tail; tail_call(g, t, call, tail)) t.kernel->run(tail);
+        if (call.n > 0) kernel.run(call);
+        if (KernelCall tail; tail_call(g, t, call, tail)) kernel.run(tail);
         continue;
       }
       Impl::Round::Call& c = next_call();
-      c.kernel = t.kernel.get();
-      prepare_call(impl, g, t, created_now(t), c.call);
-      add_slices(round, static_cast<uint32_t>(calls), t.kernel->schedule(), threads);
+      c.kernel = &kernel;
+      prepare_call(impl, g, t, kernel, created_now(t), c.call);
+      add_slices(round, static_cast<uint32_t>(calls), kernel.schedule(), threads);
       ++calls;
       Impl::Round::Call& tail = next_call();
       if (tail_call(g, t, round.calls[calls - 1].call, tail.call)) {
-        tail.kernel = t.kernel.get();
+        tail.kernel = &kernel;
         round.slices.push_back({static_cast<uint32_t>(calls), 0, tail.call.n, false});
         ++calls;
       }
