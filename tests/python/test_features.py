@@ -238,3 +238,40 @@ def test_bf16_state():
     # bf16 moments (8 significant bits) change each update by up to 2^-9 relative: 30 steps
     # of lr 1e-2 stay within 30 * 1e-2 * 2 * 2^-8.
     assert max_abs(ours, ref) < 30 * 1e-2 * 2 * 2**-8
+
+
+def _transparent_huge_pages() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _transparent_huge_pages(), reason="no transparent huge pages here")
+def test_new_state_asks_for_huge_pages():
+    """The advice covers whole 2 MiB pages only, and a buffer given it holds what it is given."""
+    from optfuse import _core
+
+    t = torch.empty(8 << 20, dtype=torch.uint8)
+    assert _core.advise_huge_pages(t.data_ptr(), t.nbytes)
+    assert not _core.advise_huge_pages(t.data_ptr(), 4096)  # no whole huge page inside
+    t.fill_(7)
+    assert bool((t == 7).all())
+
+
+def test_large_new_state_holds_torchs_initial_value():
+    """A 12 MB param's state is made through the huge-page path (at least 4 MiB): its non-zero
+    initial value must be torch's. One Adagrad step: sum = 0.25 + g * g, which torch and the
+    fused kernel may round differently once (a multiply-add), so within 2 ulp of float32."""
+    p0 = torch.randn(3, 1 << 20)
+    g = torch.randn_like(p0)
+    got, want = torch.nn.Parameter(p0.clone()), torch.nn.Parameter(p0.clone())
+    ours = oft.Adagrad([got], lr=0.1, initial_accumulator_value=0.25)
+    ref = torch.optim.Adagrad([want], lr=0.1, initial_accumulator_value=0.25)
+    for p, opt in ((got, ours), (want, ref)):
+        p.grad = g.clone()
+        opt.step()
+    torch.testing.assert_close(
+        ours.state[got]["sum"], ref.state[want]["sum"], rtol=2.4e-7, atol=0.0
+    )

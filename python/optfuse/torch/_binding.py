@@ -119,6 +119,20 @@ def param_mode(p: torch.Tensor, contiguous: bool) -> int:
     return DIRECT if is_dense(p) and outermost and not contiguous else STAGED
 
 
+# A new host state buffer of at least this many bytes asks for transparent huge pages before its
+# first write: a model's state is mostly new memory, and its page faults, one per 4 KiB, were
+# most of a fresh process's first step (GPT-2 small: 1 GB of state).
+_HUGE_PAGE_MIN_BYTES = 4 << 20
+
+
+def _filled(t: torch.Tensor, value: float) -> torch.Tensor:
+    """`t` (new, untouched) filled with `value`, as torch.full would make it."""
+    # (A DTensor's local shard is made by torch's dispatch: only plain tensors have our pointer.)
+    if type(t) is torch.Tensor and t.device.type == "cpu" and t.nbytes >= _HUGE_PAGE_MIN_BYTES:
+        _core.advise_huge_pages(t.data_ptr(), t.nbytes)
+    return t.fill_(value)
+
+
 class Group:
     """The params of one dtype of one torch param group, as one C++ group."""
 
@@ -341,13 +355,14 @@ class Binding:
                     if mode == STAGED:
                         t = t.contiguous()
                 elif own_shape(shape, work):  # 8-bit scales, Adafactor's row_var / col_var
-                    t = torch.full(shape, initial, dtype=want, device=work.device)
+                    t = _filled(torch.empty(shape, dtype=want, device=work.device), initial)
                     fresh.add(id(t))
                 else:  # in the param's layout (torch: zeros_like(p, preserve_format))
-                    t = (
-                        torch.full_like(p, initial, dtype=want)
+                    t = _filled(
+                        torch.empty_like(p, dtype=want)
                         if mode != STAGED
-                        else torch.full(p.shape, initial, dtype=want, device=p.device)
+                        else torch.empty(p.shape, dtype=want, device=p.device),
+                        initial,
                     )
                     fresh.add(id(t))  # new state until a step is applied with it
             else:
