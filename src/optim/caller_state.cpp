@@ -9,12 +9,12 @@
 #include "optim/device_buffer.h"
 #include "optim/device_support.h"
 #include "optim/grad_prologue.h"
-#include "optim/optimizer_impl.h"
+#include "optim/optimizer_state.h"
 #include "optim/precision.h"
 
-namespace optfuse {
+namespace optfuse::optim {
 
-using Impl = Optimizer::Impl;
+using Impl = OptimizerState;
 
 namespace {
 
@@ -58,30 +58,30 @@ std::vector<Optimizer::StateSpec> spec_of(const Impl& impl, const Impl::Group& g
 
 }  // namespace
 
-std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group) const {
-  Impl::Group& g = group_at(*impl_, group);
-  resolve_plan(*impl_, g, group);
-  return spec_of(*impl_, g, g.plan->dense, nullptr, 0);
+std::vector<Optimizer::StateSpec> state_spec(Impl& impl, size_t group) {
+  Impl::Group& g = group_at(impl, group);
+  resolve_plan(impl, g, group);
+  return spec_of(impl, g, g.plan->dense, nullptr, 0);
 }
 
-std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group, size_t index) const {
-  Impl::Tensor& t = tensor_at(*impl_, group, index);
-  Impl::Group& g = group_at(*impl_, group);
-  resolve_plan(*impl_, g, group);
-  return spec_of(*impl_, g, g.plan_of(t), &t, g.block_of(t));
+std::vector<Optimizer::StateSpec> state_spec(Impl& impl, size_t group, size_t index) {
+  Impl::Tensor& t = tensor_at(impl, group, index);
+  Impl::Group& g = group_at(impl, group);
+  resolve_plan(impl, g, group);
+  return spec_of(impl, g, g.plan_of(t), &t, g.block_of(t));
 }
 
-void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
-                           const TensorRef& buffer, bool fresh) {
-  Impl::Tensor& t = tensor_at(*impl_, group, index);
+void bind_state(Impl& impl, size_t group, size_t index, const std::string& name,
+                const TensorRef& buffer, bool fresh) {
+  Impl::Tensor& t = tensor_at(impl, group, index);
   const std::string who = Impl::where(group, index, t.ref) + ": state '" + name + "'";
   // The tensor's kernel plan says which buffers exist; the spec's names are listed only for the
   // error.
-  Impl::Group& g = group_at(*impl_, group);
-  resolve_plan(*impl_, g, group);
-  const std::vector<StateSpec> specs = state_spec(group, index);
-  auto slot =
-      std::find_if(specs.begin(), specs.end(), [&](const StateSpec& s) { return s.name == name; });
+  Impl::Group& g = group_at(impl, group);
+  resolve_plan(impl, g, group);
+  const std::vector<Optimizer::StateSpec> specs = state_spec(impl, group, index);
+  auto slot = std::find_if(specs.begin(), specs.end(),
+                           [&](const Optimizer::StateSpec& s) { return s.name == name; });
   if (slot == specs.end()) {
     std::string known;
     for (const auto& e : specs) known += (known.empty() ? "" : ", ") + e.name;
@@ -100,14 +100,14 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
   if (buffer.dtype != want)
     throw Error(who + ": buffer dtype " + std::string(dtype_name(buffer.dtype)) +
                 " but the state is " + std::string(dtype_name(want)));
-  if (buffer.memory != impl_->memory)
+  if (buffer.memory != impl.memory)
     throw Error(who + ": buffer in " + memory_name(buffer.memory) +
-                " memory but the params are in " + memory_name(impl_->memory) + " memory");
-  optim::check_device_pointer(impl_->cuda_context, buffer, "state buffer", who);
+                " memory but the params are in " + memory_name(impl.memory) + " memory");
+  optim::check_device_pointer(impl.cuda_context, buffer, "state buffer", who);
   // (A device buffer of the optimizer's own may still be read by steps queued on a stream.)
   if (auto own = t.state.find(name);
       own != t.state.end() && own->second.kind() == optim::StateBuffer::Kind::Device)
-    optim::synchronize(impl_->cuda_context);
+    optim::synchronize(impl.cuda_context);
   // (A tensor's 8-bit buffers share one block size, Tensor::state_block: its own ones of another
   // block size would be read with the new one.)
   if (want == DType::U8 && t.state_block != 0 && t.state_block != g.plan->blocking.block)
@@ -123,23 +123,22 @@ void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
   t.bound.reset();  // the next step looks its state buffers up again
 }
 
-void Optimizer::bind_scalar(size_t group, size_t index, const std::string& name,
-                            const TensorRef& value) {
-  Impl::Tensor& t = tensor_at(*impl_, group, index);
+void bind_scalar(Impl& impl, size_t group, size_t index, const std::string& name,
+                 const TensorRef& value) {
+  Impl::Tensor& t = tensor_at(impl, group, index);
   const std::string who = Impl::where(group, index, t.ref) + ": scalar '" + name + "'";
-  const optim::HostState host = impl_->rule->initial_host_state(impl_->groups[group].options);
+  const optim::HostState host = impl.rule->initial_host_state(impl.groups[group].options);
   if (name != "step" && !host.count(name)) {
     std::string known = "step";
     for (const auto& [n, v] : host) known += ", " + n;
-    throw Error(who + ": " + type() + " keeps no such per-tensor scalar (it has: " + known + ")");
+    throw Error(who + ": " + impl.rule->type() +
+                " keeps no such per-tensor scalar (it has: " + known + ")");
   }
   if (!value.data || value.numel != 1 || value.memory != Memory::Host ||
       (value.dtype != DType::F32 && value.dtype != DType::F64))
     throw Error(who + ": needs one f32 or f64 element in host memory");
   t.bound_scalars[name] = value;
 }
-
-namespace optim {
 
 namespace {
 
@@ -171,6 +170,4 @@ void store_bound_scalars(const Impl::Tensor& t) {
     write(ref, name == "step" ? static_cast<double>(t.step) : t.host.at(name));
 }
 
-}  // namespace optim
-
-}  // namespace optfuse
+}  // namespace optfuse::optim

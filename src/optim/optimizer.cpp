@@ -9,13 +9,19 @@
 #include "optfuse/error.h"
 #include "optim/config.h"
 #include "optim/device_support.h"
-#include "optim/optimizer_impl.h"
+#include "optim/optimizer_state.h"
 #include "optim/options.h"
 #include "optim/state_buffers.h"
 #include "optim/step_round.h"
 #include "optim/tensor_checks.h"
 
 namespace optfuse {
+
+// What an Optimizer holds (optimizer_state.h) and what runs its steps (step_round.h): the other
+// files of src/optim work on the state alone.
+struct Optimizer::Impl : optim::OptimizerState {
+  optim::StepRunner runner;
+};
 
 using Impl = Optimizer::Impl;
 using optim::all_spans;
@@ -25,13 +31,13 @@ using optim::check_tensor;
 using optim::Span;
 using optim::span_of;
 
-std::string Impl::where(size_t group, size_t index, const ParamRef& ref) {
+std::string optim::OptimizerState::where(size_t group, size_t index, const ParamRef& ref) {
   std::string s = where(group) + ", tensor " + std::to_string(index);
   if (!ref.name.empty()) s += " ('" + ref.name + "')";
   return s;
 }
 
-void resolve_plan(Impl& impl, Impl::Group& g, size_t group) {
+void optim::resolve_plan(optim::OptimizerState& impl, Impl::Group& g, size_t group) {
   const optim::Precision precision = optim::group_precision(g, group);
   const optim::GradPrologue prologue = impl.control.prologue();
   const optim::GroupPlan* plan = g.plan.get();
@@ -113,16 +119,18 @@ std::unique_ptr<Optimizer> Optimizer::create(Engine& engine, const Options& conf
 const std::string& Optimizer::type() const { return impl_->rule->type(); }
 size_t Optimizer::num_groups() const { return impl_->groups.size(); }
 
-Impl::Group& group_at(Impl& impl, size_t group) {
+Impl::Group& optim::group_at(optim::OptimizerState& impl, size_t group) {
   if (group >= impl.groups.size())
     throw Error("param group " + std::to_string(group) + " does not exist (there are " +
                 std::to_string(impl.groups.size()) + ")");
   return impl.groups[group];
 }
 
-size_t Optimizer::group_size(size_t group) const { return group_at(*impl_, group).tensors.size(); }
+size_t Optimizer::group_size(size_t group) const {
+  return optim::group_at(*impl_, group).tensors.size();
+}
 const Options& Optimizer::group_options(size_t group) const {
-  return group_at(*impl_, group).options;
+  return optim::group_at(*impl_, group).options;
 }
 
 // The options of a new group with `overrides`, merged and validated; Error naming `where`.
@@ -195,7 +203,7 @@ static void check_grad_disjoint(const Impl& impl, const TensorRef& grad, const s
 }
 
 void Optimizer::set(size_t group, const std::string& name, const Options& value) {
-  Impl::Group& g = group_at(*impl_, group);
+  Impl::Group& g = optim::group_at(*impl_, group);
   optim::reject_step_options(Options{{name, value}}, Impl::where(group));
   Options merged =
       optim::merge(g.options, Options{{name, value}}, impl_->rule->type(), Impl::where(group));
@@ -208,7 +216,7 @@ void Optimizer::set(size_t group, const std::string& name, const Options& value)
 }
 
 Options Optimizer::get(size_t group, const std::string& name) const {
-  const Impl::Group& g = group_at(*impl_, group);
+  const Impl::Group& g = optim::group_at(*impl_, group);
   auto it = g.options.find(name);
   if (it == g.options.end())
     throw Error(Impl::where(group) + ": unknown option '" + name + "' for " + impl_->rule->type());
@@ -216,7 +224,7 @@ Options Optimizer::get(size_t group, const std::string& name) const {
 }
 
 void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
-  Impl::Group& g = group_at(*impl_, group);
+  Impl::Group& g = optim::group_at(*impl_, group);
   if (index >= g.tensors.size())
     throw Error(Impl::where(group) + ": tensor " + std::to_string(index) + " does not exist");
   Impl::Tensor& t = g.tensors[index];
@@ -238,7 +246,7 @@ void Optimizer::set_grad(size_t group, size_t index, const TensorRef& grad) {
 
 void Optimizer::set_sparse_grad(size_t group, size_t index, const std::vector<int64_t>& rows,
                                 const TensorRef& values) {
-  Impl::Group& g = group_at(*impl_, group);
+  Impl::Group& g = optim::group_at(*impl_, group);
   if (index >= g.tensors.size())
     throw Error(Impl::where(group) + ": tensor " + std::to_string(index) + " does not exist");
   Impl::Tensor& t = g.tensors[index];
@@ -267,7 +275,8 @@ static void update(Impl& impl) {
   Impl* const impl_ = &impl;
   // Phase 1: kernels (compilation errors surface here, before any write; a binding compiles on
   // a thread of its own from when it is made, group_binding.h).
-  for (size_t gi = 0; gi < impl_->groups.size(); ++gi) resolve_plan(*impl_, impl_->groups[gi], gi);
+  for (size_t gi = 0; gi < impl_->groups.size(); ++gi)
+    optim::resolve_plan(*impl_, impl_->groups[gi], gi);
   for (auto& g : impl_->groups) {
     try {
       g.kernels();
@@ -323,7 +332,7 @@ static void update(Impl& impl) {
   // Phase 3: one fused kernel call per tensor, in slices (step_round.h).
   std::sort(created.begin(), created.end());
   created.erase(std::unique(created.begin(), created.end()), created.end());
-  optim::run_groups(*impl_, created);
+  optim::run_groups(*impl_, impl_->runner, created);
   for (auto& g : impl_->groups)
     for (auto& t : g.tensors) t.bound_fresh = false;
 }
@@ -334,10 +343,48 @@ StepResult Optimizer::step(const StepArgs& args) {
   optim::check_step_args(impl_->memory, args);
   impl_->cuda_stream = args.cuda_stream;
   check_sparse_grads(*impl_);
-  optim::StepPlan plan = optim::plan_step(*impl_);  // accumulation, statistics (step_control.h)
+  optim::StepPlan plan =
+      optim::plan_step(*impl_, impl_->runner);  // accumulation, statistics (step_control.h)
   if (plan.update) update(*impl_);
   return optim::finish_step(*impl_, plan);
 }
+
+std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group) const {
+  return optim::state_spec(*impl_, group);
+}
+std::vector<Optimizer::StateSpec> Optimizer::state_spec(size_t group, size_t index) const {
+  return optim::state_spec(*impl_, group, index);
+}
+void Optimizer::bind_state(size_t group, size_t index, const std::string& name,
+                           const TensorRef& buffer, bool fresh) {
+  optim::bind_state(*impl_, group, index, name, buffer, fresh);
+}
+void Optimizer::bind_scalar(size_t group, size_t index, const std::string& name,
+                            const TensorRef& value) {
+  optim::bind_scalar(*impl_, group, index, name, value);
+}
+
+const std::vector<float>* Optimizer::state(size_t group, size_t index,
+                                           const std::string& name) const {
+  return optim::state(*impl_, group, index, name);
+}
+const std::vector<uint16_t>* Optimizer::state_bf16(size_t group, size_t index,
+                                                   const std::string& name) const {
+  return optim::state_bf16(*impl_, group, index, name);
+}
+std::vector<float> Optimizer::state_values(size_t group, size_t index,
+                                           const std::string& name) const {
+  return optim::state_values(*impl_, group, index, name);
+}
+TensorRef Optimizer::state_ref(size_t group, size_t index, const std::string& name) const {
+  return optim::state_ref(*impl_, group, index, name);
+}
+int64_t Optimizer::step_count(size_t group, size_t index) const {
+  return optim::step_count(*impl_, group, index);
+}
+
+void Optimizer::save_state(const std::string& path) const { optim::save_state(*impl_, path); }
+void Optimizer::load_state(const std::string& path) { optim::load_state(*impl_, path); }
 
 double Optimizer::loss_scale() const { return impl_->control.scaler.scale(); }
 Options Optimizer::step_options() const { return impl_->control.options.to_json(); }

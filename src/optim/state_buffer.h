@@ -1,5 +1,5 @@
 #pragma once
-// One state buffer of one tensor (Optimizer::Impl::Tensor::state), whatever its dtype and memory:
+// One state buffer of one tensor (OptimizerState::Tensor::state), whatever its dtype and memory:
 // f32 or f64 values, 16-bit bits or 8-bit codes on the host, a device allocation (device_buffer.h),
 // or a buffer the caller owns (Optimizer::bind_state). Every reader asks it for what it needs
 // (data(), dtype(), the host values) instead of branching on where the buffer lives.

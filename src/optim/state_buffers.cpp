@@ -9,15 +9,15 @@
 
 namespace optfuse {
 
-int64_t Optimizer::Impl::Tensor::state_numel(const optim::StateSlot& s, int64_t block) const {
+int64_t optim::OptimizerState::Tensor::state_numel(const optim::StateSlot& s, int64_t block) const {
   const int64_t n = ref.param.numel;
   if (s.rows && block > 0) return optim::block_count(n, block);
   const int64_t across = s.rows ? matrix_cols() : s.cols ? matrix_rows() : 1;
   return across > 0 ? n / across : 0;
 }
 
-std::vector<int64_t> Optimizer::Impl::Tensor::state_shape(const optim::StateSlot& s,
-                                                          int64_t block) const {
+std::vector<int64_t> optim::OptimizerState::Tensor::state_shape(const optim::StateSlot& s,
+                                                                int64_t block) const {
   if (s.rows && block > 0) return {state_numel(s, block)};
   std::vector<int64_t> shape = ref.param.shape;
   if (shape.empty()) shape = {ref.param.numel};
@@ -29,7 +29,7 @@ std::vector<int64_t> Optimizer::Impl::Tensor::state_shape(const optim::StateSlot
 
 namespace optfuse::optim {
 
-using Impl = Optimizer::Impl;
+using Impl = optim::OptimizerState;
 
 namespace {
 

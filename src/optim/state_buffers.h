@@ -6,21 +6,21 @@
 #include <string>
 #include <vector>
 
-#include "optim/optimizer_impl.h"
+#include "optim/optimizer_state.h"
 
 namespace optfuse::optim {
 
 // The group's precision from its options and its tensors, which must all have one param dtype
 // and one grad dtype (each f32, bf16 or f16). Throws Error naming the tensor at fault.
 Precision tensors_precision(const Options& h, const std::vector<ParamRef>& refs, size_t group);
-Precision group_precision(const Optimizer::Impl::Group& g, size_t group);
+Precision group_precision(const OptimizerState::Group& g, size_t group);
 // The precision group `g` would have with options `h` (set() checks a change with it).
-Precision group_precision(const Options& h, const Optimizer::Impl::Group& g, size_t group);
+Precision group_precision(const Options& h, const OptimizerState::Group& g, size_t group);
 
 // A state buffer made (or converted) for a step but not yet installed: phase 2 of step() builds
 // all of them before changing anything.
 struct PendingState {
-  Optimizer::Impl::Tensor* tensor;
+  OptimizerState::Tensor* tensor;
   std::string name;
   DType dtype;
   std::vector<float> f32;
@@ -36,24 +36,24 @@ struct PendingState {
 // master_weights was changed) converted (RNE to 16 bits, exact to f32, 8-bit state decoded or
 // encoded with its per-block scales; a changed block_size re-encodes).
 // Buffers the caller bound (Optimizer::bind_state) are used as they are; `who` names the tensor.
-void plan_state(const UpdateRule& rule, const Optimizer::Impl::Group& g, Optimizer::Impl::Tensor& t,
+void plan_state(const UpdateRule& rule, const OptimizerState::Group& g, OptimizerState::Tensor& t,
                 const std::string& who, std::vector<PendingState>* out);
 // The same for device tensors: buffers allocated in the optimizer's CUDA context and filled with
 // the rule's initial value on the step's stream (no master copies: 16-bit params are refused on
 // the device, device_support.h). Error if a buffer exists in the other dtype.
-void plan_device_state(const Optimizer::Impl& impl, const Optimizer::Impl::Group& g,
-                       Optimizer::Impl::Tensor& t, const std::string& who,
+void plan_device_state(const OptimizerState& impl, const OptimizerState::Group& g,
+                       OptimizerState::Tensor& t, const std::string& who,
                        std::vector<PendingState>* out);
 void install(PendingState& p);
 
 // The f32 values of `t`'s buffer `held` (named `name`): widened, or for 8-bit codes decoded with
 // their scales at the block size they were made with (Tensor::state_block). Device memory is
 // copied to the host: the caller has synchronized the context first.
-std::vector<float> state_values_f32(const Optimizer::Impl::Tensor& t, const std::string& name,
+std::vector<float> state_values_f32(const OptimizerState::Tensor& t, const std::string& name,
                                     const StateBuffer& held);
 
 // The state buffer a kernel input reads (it exists: step() made it).
-void* state_pointer(Optimizer::Impl::Tensor& t, const std::string& name, DType dtype);
+void* state_pointer(OptimizerState::Tensor& t, const std::string& name, DType dtype);
 
 // Bytes one step moves for a tensor of `numel` elements with `states` rule state buffers; with
 // `block` > 0, those are 8-bit codes with one f32 scale per block.

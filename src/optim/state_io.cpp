@@ -33,12 +33,12 @@
 #include "optim/block_state.h"
 #include "optim/device_support.h"
 #include "optim/group_plan.h"
-#include "optim/optimizer_impl.h"
+#include "optim/optimizer_state.h"
 #include "optim/options.h"
 #include "optim/precision.h"
 #include "optim/state_buffers.h"
 
-namespace optfuse {
+namespace optfuse::optim {
 
 namespace {
 
@@ -54,7 +54,7 @@ void append(std::string* out, const void* p, size_t n) {
 // The largest state file `impl` can have, from its params alone: every state name the rule may
 // keep (known_state_names, which probes its options) at 8 bytes an element plus 8-bit scales,
 // and a header of a few KiB per tensor. A larger file is refused before anything is allocated.
-uint64_t max_state_file_bytes(const Optimizer::Impl& impl) {
+uint64_t max_state_file_bytes(const OptimizerState& impl) {
   uint64_t most = (uint64_t{1} << 20) + kMagicSize + 8 + 16;
   for (const auto& g : impl.groups) {
     const uint64_t names = optim::known_state_names(*impl.rule, g.options).size() + 4;
@@ -94,7 +94,7 @@ namespace {
 // Loaded state moved to the device: every buffer allocated and copied before the optimizer is
 // touched, and the copies complete (cuMemcpyHtoD from pageable memory may return before the data
 // is on the device) before any step's kernel could read them.
-void load_to_device(void* context, std::vector<std::vector<Optimizer::Impl::Tensor>>* groups) {
+void load_to_device(void* context, std::vector<std::vector<OptimizerState::Tensor>>* groups) {
   for (auto& tensors : *groups)
     for (auto& t : tensors)
       for (auto& [name, buf] : t.state) {
@@ -121,30 +121,30 @@ void append_buffer(const optim::StateBuffer& buf, std::string* data) {
 }  // namespace
 
 // Error if some state is caller-owned (Optimizer::bind_state): its owner saves and loads it.
-static void refuse_caller_owned(const Optimizer::Impl& impl, const char* what) {
+static void refuse_caller_owned(const OptimizerState& impl, const char* what) {
   for (size_t gi = 0; gi < impl.groups.size(); ++gi)
     for (size_t ti = 0; ti < impl.groups[gi].tensors.size(); ++ti)
       if (const auto& t = impl.groups[gi].tensors[ti];
           !t.bound_scalars.empty() ||
           std::any_of(t.state.begin(), t.state.end(),
                       [](const auto& s) { return s.second.caller_owned(); }))
-        throw Error(Optimizer::Impl::where(gi, ti, t.ref) +
+        throw Error(OptimizerState::where(gi, ti, t.ref) +
                     ": its state is caller-owned (bind_state): its " + "owner " + what + " it");
 }
 
-void Optimizer::save_state(const std::string& path) const {
-  refuse_caller_owned(*impl_, "saves");
-  Options header = {{"type", impl_->rule->type()}, {"groups", Options::array()}};
+void save_state(OptimizerState& impl, const std::string& path) {
+  refuse_caller_owned(impl, "saves");
+  Options header = {{"type", impl.rule->type()}, {"groups", Options::array()}};
   std::string data;
   // Device state is read as the steps queued so far (on any stream) leave it.
-  const bool on_device = std::any_of(impl_->groups.begin(), impl_->groups.end(), [](const auto& g) {
+  const bool on_device = std::any_of(impl.groups.begin(), impl.groups.end(), [](const auto& g) {
     return std::any_of(g.tensors.begin(), g.tensors.end(), [](const auto& t) {
       return std::any_of(t.state.begin(), t.state.end(),
                          [](const auto& s) { return s.second.on_device(); });
     });
   });
-  if (on_device) optim::synchronize(impl_->cuda_context);
-  for (const auto& g : impl_->groups) {
+  if (on_device) optim::synchronize(impl.cuda_context);
+  for (const auto& g : impl.groups) {
     Options tensors = Options::array();
     for (const auto& t : g.tensors) {
       // The file's order: f32 buffers by name, then bf16 ones, f16 ones, u8 ones and f64 ones.
@@ -154,7 +154,7 @@ void Optimizer::save_state(const std::string& path) const {
         for (const auto& [name, buf] : t.state) {
           if (buf.dtype() != dtype) continue;
           // Between accumulation cycles the buffer holds nothing the next step reads.
-          if (name == optim::kGradAccum && impl_->control.micro == 0) continue;
+          if (name == optim::kGradAccum && impl.control.micro == 0) continue;
           (dtype == DType::F32    ? names
            : dtype == DType::BF16 ? names16
            : dtype == DType::F16  ? names_f16
@@ -176,7 +176,7 @@ void Optimizer::save_state(const std::string& path) const {
     }
     header["groups"].push_back({{"options", g.options}, {"tensors", tensors}});
   }
-  Options step = optim::save_step_state(*impl_);
+  Options step = optim::save_step_state(impl);
   if (!step.is_null()) header["step"] = step;
   std::string text = header.dump();
   uint64_t size = text.size();
@@ -195,14 +195,14 @@ namespace {
 // The parts of a state file, checked against the optimizer but not yet installed.
 struct Loaded {
   std::vector<Options> options;
-  std::vector<std::vector<Optimizer::Impl::Tensor>> tensors;
+  std::vector<std::vector<OptimizerState::Tensor>> tensors;
   optim::StepControl control;
 };
 
 // The row and column state slots of tensor `t` when it runs its rule's factored graph
 // (UpdateRule::factored_graph) under `options`; none otherwise.
 std::vector<optim::StateSlot> factored_slots(const optim::UpdateRule& rule, const Options& options,
-                                             const Optimizer::Impl::Tensor& t) {
+                                             const OptimizerState::Tensor& t) {
   std::vector<optim::StateSlot> slots;
   if (!t.matrix()) return slots;
   if (std::optional<Graph> g = rule.factored_graph(options))
@@ -212,9 +212,9 @@ std::vector<optim::StateSlot> factored_slots(const optim::UpdateRule& rule, cons
 }
 
 // Walks the header and the data that follows it; throws Error (any kind) on anything off.
-Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std::string& bytes,
+Loaded parse_state(const OptimizerState& impl, const Options& header, const std::string& bytes,
                    size_t pos, size_t data_end) {
-  using Impl = Optimizer::Impl;
+  using Impl = OptimizerState;
   const std::string type = header.at("type").get<std::string>();
   if (type != impl.rule->type())
     throw Error("holds state for '" + type + "', this optimizer is '" + impl.rule->type() + "'");
@@ -376,9 +376,9 @@ Loaded parse_state(const Optimizer::Impl& impl, const Options& header, const std
 
 }  // namespace
 
-void Optimizer::load_state(const std::string& path) {
-  refuse_caller_owned(*impl_, "loads");
-  const std::string bytes = read_file(path, max_state_file_bytes(*impl_));
+void load_state(OptimizerState& impl, const std::string& path) {
+  refuse_caller_owned(impl, "loads");
+  const std::string bytes = read_file(path, max_state_file_bytes(impl));
   auto bad = [&](const std::string& why) {
     return IoError("optimizer state file '" + path + "': " + why);
   };
@@ -401,7 +401,7 @@ void Optimizer::load_state(const std::string& path) {
   // Build everything aside; install only when the whole file has been checked.
   Loaded loaded;
   try {
-    loaded = parse_state(*impl_, header, bytes, pos + header_size, data_end);
+    loaded = parse_state(impl, header, bytes, pos + header_size, data_end);
   } catch (const nlohmann::json::exception& e) {
     throw bad(std::string("malformed header: ") + e.what());
   } catch (const Error& e) {
@@ -409,23 +409,23 @@ void Optimizer::load_state(const std::string& path) {
   }
   for (size_t gi = 0; gi < loaded.options.size(); ++gi)  // e.g. a file's "state_dtype": "bf16"
     try {
-      optim::check_device_group(impl_->memory, *impl_->rule, loaded.options[gi],
-                                Optimizer::Impl::where(gi));
+      optim::check_device_group(impl.memory, *impl.rule, loaded.options[gi],
+                                OptimizerState::where(gi));
     } catch (const Error& e) {
       throw bad(e.what());
     }
-  if (impl_->memory == Memory::Cuda) {
-    if (!impl_->cuda_context)
+  if (impl.memory == Memory::Cuda) {
+    if (!impl.cuda_context)
       throw Error("optimizer state file '" + path + "': cannot be loaded onto device tensors by " +
                   "an optimizer of a compile-only engine (it has no CUDA context)");
-    optim::synchronize(impl_->cuda_context);  // no queued step still uses the buffers replaced
-    load_to_device(impl_->cuda_context, &loaded.tensors);
+    optim::synchronize(impl.cuda_context);  // no queued step still uses the buffers replaced
+    load_to_device(impl.cuda_context, &loaded.tensors);
   }
-  for (size_t gi = 0; gi < impl_->groups.size(); ++gi) {
-    impl_->groups[gi].options = std::move(loaded.options[gi]);
-    impl_->groups[gi].tensors = std::move(loaded.tensors[gi]);
+  for (size_t gi = 0; gi < impl.groups.size(); ++gi) {
+    impl.groups[gi].options = std::move(loaded.options[gi]);
+    impl.groups[gi].tensors = std::move(loaded.tensors[gi]);
   }
-  impl_->control = std::move(loaded.control);
+  impl.control = std::move(loaded.control);
 }
 
-}  // namespace optfuse
+}  // namespace optfuse::optim

@@ -5,13 +5,13 @@
 
 #include "optfuse/error.h"
 #include "optim/grad_stats.h"
-#include "optim/optimizer_impl.h"
+#include "optim/optimizer_state.h"
 #include "optim/options.h"
 #include "optim/step_round.h"
 
 namespace optfuse::optim {
 
-using Impl = Optimizer::Impl;
+using Impl = OptimizerState;
 
 GradPrologue StepControl::prologue() const {
   GradPrologue p;
@@ -25,9 +25,10 @@ namespace {
 
 // The optimizer's pool when `small` single-task tensors are worth spreading over the threads, else
 // null: no threads are started for nothing.
-WorkerPool* pool_for(Impl& impl, size_t small) {
+WorkerPool* pool_for(Impl& impl, StepRunner& runner, size_t small) {
   const int threads = impl.engine->num_threads();
-  return threads >= 2 && small >= 4 * static_cast<size_t>(threads) ? round_pool(impl) : nullptr;
+  return threads >= 2 && small >= 4 * static_cast<size_t>(threads) ? round_pool(impl, runner)
+                                                                   : nullptr;
 }
 
 // ---- accumulation micro-steps --------------------------------------------------------------
@@ -71,7 +72,7 @@ void make_accum_buffers(Impl& impl) {
 
 // One micro-step before the k-th: grad_accum = grad (first) or grad_accum += grad, one kernel
 // call per tensor; tensors that are a single task each are spread over the threads.
-void accumulate(Impl& impl, bool first) {
+void accumulate(Impl& impl, StepRunner& runner, bool first) {
   StepControl& sc = impl.control;
   // Every kernel first (one per gradient dtype; may throw: nothing changed yet).
   auto& slots = first ? sc.acc_init : sc.acc_add;
@@ -96,7 +97,7 @@ void accumulate(Impl& impl, bool first) {
       else
         run_accumulate(impl, kernel_of(t), t, &call);
     }
-  WorkerPool* pool = pool_for(impl, small.size());
+  WorkerPool* pool = pool_for(impl, runner, small.size());
   if (!pool) {
     for (Impl::Tensor* t : small) run_accumulate(impl, kernel_of(*t), *t, &call);
     return;
@@ -112,7 +113,7 @@ void accumulate(Impl& impl, bool first) {
 
 // ---- the update micro-step -----------------------------------------------------------------
 
-GradStats statistics(Impl& impl) {
+GradStats statistics(Impl& impl, StepRunner& runner) {
   StepControl& sc = impl.control;
   const bool acc = sc.options.accumulating();
   // One kernel per gradient dtype; every tensor in group order, in one round (grad_stats.h).
@@ -130,11 +131,11 @@ GradStats statistics(Impl& impl) {
         slot = impl.engine->kernel(grad_stats_graph(acc, sc.options.norm_inf, t.ref.grad.dtype));
       inputs.push_back({slot.get(), t.ref.grad.data, a, t.ref.param.numel});
     }
-  return grad_stats(inputs, round_pool(impl), &sc.stats_round);
+  return grad_stats(inputs, round_pool(impl, runner), &sc.stats_round);
 }
 
 // Plans the update (or the skip) from the statistics; changes nothing but sc.grad_scale.
-void plan_update(Impl& impl, StepPlan* plan) {
+void plan_update(Impl& impl, StepRunner& runner, StepPlan* plan) {
   StepControl& sc = impl.control;
   const StepOptions& o = sc.options;
   StepResult& r = plan->result;
@@ -142,7 +143,7 @@ void plan_update(Impl& impl, StepPlan* plan) {
       o.accumulating() && o.accumulation_mean ? double(o.accumulation_steps) : 1.0;
   const double unscale = r.loss_scale * k_mean;  // the gradients as given are this times too big
   if (o.needs_stats()) {
-    GradStats s = statistics(impl);
+    GradStats s = statistics(impl, runner);
     r.has_total_norm = true;
     r.total_norm = s.total_norm(o.norm_inf) / unscale;
     if (o.loss_scaling() && !s.finite()) {
@@ -167,18 +168,18 @@ void plan_update(Impl& impl, StepPlan* plan) {
 
 }  // namespace
 
-StepPlan plan_step(Impl& impl) {
+StepPlan plan_step(Impl& impl, StepRunner& runner) {
   StepControl& sc = impl.control;
   StepPlan plan;
   plan.result.micro_step = sc.micro + 1;
   plan.result.loss_scale = sc.scaler.scale();
   if (sc.micro + 1 < sc.options.accumulation_steps) {
-    accumulate(impl, sc.micro == 0);
+    accumulate(impl, runner, sc.micro == 0);
     ++sc.micro;
     plan.result.outcome = StepResult::Outcome::Accumulated;
     return plan;
   }
-  plan_update(impl, &plan);
+  plan_update(impl, runner, &plan);
   return plan;
 }
 

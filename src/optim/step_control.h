@@ -27,6 +27,9 @@
 
 namespace optfuse::optim {
 
+struct OptimizerState;  // optimizer_state.h
+struct StepRunner;      // step_round.h
+
 struct StepControl {
   StepOptions options;
   LossScaler scaler;
@@ -46,18 +49,19 @@ struct StepPlan {
   StepResult result;
 };
 
-StepPlan plan_step(Optimizer::Impl& impl);
-StepResult finish_step(Optimizer::Impl& impl, const StepPlan& plan);
+// (The micro-steps and the statistics pass run on the step runner's threads.)
+StepPlan plan_step(OptimizerState& impl, StepRunner& runner);
+StepResult finish_step(OptimizerState& impl, const StepPlan& plan);
 
 // Error if a group cannot be added now (in the middle of an accumulation cycle).
-void check_can_add_group(const Optimizer::Impl& impl, const std::string& where);
+void check_can_add_group(const OptimizerState& impl, const std::string& where);
 
 // The state file's "step" section; absent (null) when no step option is set.
-Options save_step_state(const Optimizer::Impl& impl);
+Options save_step_state(const OptimizerState& impl);
 // Checks a file's "step" section (null if the file has none) against `impl`; has_accum[g][t]
 // says whether the file holds tensor t of group g's "grad_accum" buffer. Returns the control to
 // install. Throws Error (the caller adds the file name).
-StepControl load_step_state(const Optimizer::Impl& impl, const Options& step,
+StepControl load_step_state(const OptimizerState& impl, const Options& step,
                             const std::vector<std::vector<bool>>& has_accum);
 
 }  // namespace optfuse::optim

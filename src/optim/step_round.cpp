@@ -12,7 +12,7 @@
 namespace optfuse::optim {
 namespace {
 
-using Impl = Optimizer::Impl;
+using Impl = OptimizerState;
 
 // Elements per slice of a large tensor whose schedule fixes no task size: at least this many,
 // large enough that the start of a slice (before its prefetches run ahead) costs about 1%, small
@@ -175,7 +175,7 @@ bool sliceable(const Impl& impl, const Impl::Group& g, const Impl::Tensor& t,
 // Appends the slices of round.calls[call]: one for a call that fits a single task, else
 // near-equal slices of whole vectors (whole rows for a per-row kernel), each run serially with
 // prefetches (KernelCall::serial). None for an empty call.
-void add_slices(Impl::Round& round, uint32_t call, const Schedule& s, int threads) {
+void add_slices(StepRunner& round, uint32_t call, const Schedule& s, int threads) {
   const KernelCall& whole = round.calls[call].call;
   const int64_t n = whole.n, cols = whole.cols;
   if (n == 0) return;
@@ -198,8 +198,8 @@ void add_slices(Impl::Round& round, uint32_t call, const Schedule& s, int thread
 
 // Runs one slice with `lane` as the call: the tensor's call with every pointer moved to the
 // slice's first element.
-void run_slice(const Impl::Round& round, const Impl::Round::Slice& slice, KernelCall& lane) {
-  const Impl::Round::Call& c = round.calls[slice.call];
+void run_slice(const StepRunner& round, const StepRunner::Slice& slice, KernelCall& lane) {
+  const StepRunner::Call& c = round.calls[slice.call];
   slice_call(c.kernel->signature(), c.call, slice.begin, slice.n, lane);
   lane.serial = slice.serial;
   c.kernel->run(lane);
@@ -216,17 +216,16 @@ void run_slice(const Impl::Round& round, const Impl::Round::Slice& slice, Kernel
 // that cannot be sliced (sparse gradients, whole-tensor reductions, stochastic rounding) and are
 // larger than one task run first, each parallel inside its kernel. Tensors are independent, so
 // the order changes no result.
-void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
+void run_groups(Impl& impl, StepRunner& round, const std::vector<const Impl::Tensor*>& created) {
   const bool device = impl.memory == Memory::Cuda;
   const int threads = device ? 1 : impl.engine->num_threads();
   auto created_now = [&](const Impl::Tensor& t) {
     return std::binary_search(created.begin(), created.end(), &t);
   };
-  Impl::Round& round = impl.round;
   round.lanes.resize(static_cast<size_t>(std::max(threads, 1)));
   round.slices.clear();
   size_t calls = 0;
-  auto next_call = [&]() -> Impl::Round::Call& {
+  auto next_call = [&]() -> StepRunner::Call& {
     if (round.calls.size() <= calls) round.calls.resize(calls + 1);
     return round.calls[calls];
   };
@@ -249,12 +248,12 @@ void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
         if (KernelCall tail; tail_call(g, t, call, tail)) kernel.run(tail);
         continue;
       }
-      Impl::Round::Call& c = next_call();
+      StepRunner::Call& c = next_call();
       c.kernel = &kernel;
       prepare_call(impl, g, t, kernel, created_now(t), c.call);
       add_slices(round, static_cast<uint32_t>(calls), kernel.schedule(), threads);
       ++calls;
-      Impl::Round::Call& tail = next_call();
+      StepRunner::Call& tail = next_call();
       if (tail_call(g, t, round.calls[calls - 1].call, tail.call)) {
         tail.kernel = &kernel;
         round.slices.push_back({static_cast<uint32_t>(calls), 0, tail.call.n, false});
@@ -265,18 +264,18 @@ void run_groups(Impl& impl, const std::vector<const Impl::Tensor*>& created) {
   // Claims: runs of consecutive slices of at least kClaimElems elements.
   make_claims(
       round.slices.size(), [&](size_t i) { return round.slices[i].n; }, kClaimElems, &round.claims);
-  WorkerPool* pool = !device && round.claims.size() > 2 ? round_pool(impl) : nullptr;
+  WorkerPool* pool = !device && round.claims.size() > 2 ? round_pool(impl, round) : nullptr;
   run_claims(pool, round.claims, [&](int k, size_t i) {
     run_slice(round, round.slices[i], round.lanes[static_cast<size_t>(k)]);
   });
 }
 
-WorkerPool* round_pool(Impl& impl) {
+WorkerPool* round_pool(const Impl& impl, StepRunner& runner) {
   const int threads = impl.engine->num_threads();
   if (threads < 2) return nullptr;
-  if (!impl.pool || impl.pool->threads() != threads)
-    impl.pool = std::make_unique<WorkerPool>(threads);
-  return impl.pool.get();
+  if (!runner.pool || runner.pool->threads() != threads)
+    runner.pool = std::make_unique<WorkerPool>(threads);
+  return runner.pool.get();
 }
 
 }  // namespace optfuse::optim

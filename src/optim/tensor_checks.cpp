@@ -6,7 +6,7 @@
 
 namespace optfuse::optim {
 
-using Impl = Optimizer::Impl;
+using Impl = optim::OptimizerState;
 
 void check_tensor(const TensorRef& t, const char* what, const std::string& where) {
   if (t.data == nullptr) throw Error(where + ": " + what + " pointer is null");

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "optim/optimizer_impl.h"
+#include "optim/optimizer_state.h"
 
 namespace optfuse::optim {
 
@@ -25,10 +25,10 @@ Span span_of(const TensorRef& t, bool is_param, std::string who);
 void check_overlaps(std::vector<Span> spans);
 
 // Every param and grad of every group.
-std::vector<Span> all_spans(const std::vector<Optimizer::Impl::Group>& groups);
+std::vector<Span> all_spans(const std::vector<OptimizerState::Group>& groups);
 
 // With grad_centralization on, every tensor must have a shape (GC needs its rows).
-void check_gc_shapes(const Options& options, const std::vector<Optimizer::Impl::Tensor>& tensors,
+void check_gc_shapes(const Options& options, const std::vector<OptimizerState::Tensor>& tensors,
                      size_t group);
 
 }  // namespace optfuse::optim
