@@ -10,6 +10,7 @@
 
 #include "optfuse/engine.h"
 #include "optfuse/optim.h"
+#include "optim/grad_centralization.h"
 #include "optim/group_plan.h"
 #include "optim/options.h"
 #include "optim/state_buffer.h"
@@ -83,6 +84,30 @@ TEST(GroupPlan, CentralizedGraphTakesThePlainGraphsArguments) {
   EXPECT_FALSE(uses_rows(plain));
   EXPECT_TRUE(uses_rows(gc));
   EXPECT_EQ(state_names(plain), state_names(gc));
+}
+
+// Gradient centralization is the first transform of the list, at the effective gradient the
+// rule's graph labels; a label is no part of a graph's structure.
+TEST(GroupPlan, GradientCentralizationTransformsTheLabelledGradient) {
+  Recipe x("sgd", {{"momentum", 0.9}, {"grad_centralization", true}});
+  const Graph rule = x.rule->graph(x.r.options);
+  ASSERT_GE(rule.find_label(optim::kEffectiveGrad), 0);
+  EXPECT_FALSE(uses_rows(rule));
+  const Graph gc = optim::centralize(rule);
+  EXPECT_TRUE(uses_rows(gc));
+  EXPECT_EQ(gc.name(), rule.name() + "_gc");
+  EXPECT_EQ(print(optim::group_graph(x.r, true)), print(gc));
+
+  Graph a("a"), b("a");
+  for (Graph* g : {&a, &b}) {
+    Value p = g->param("param"), d = g->scalar("lr") * g->grad("grad");
+    if (g == &a) a.label("here", d);
+    g->output("param", p - d);
+  }
+  EXPECT_EQ(print(a), print(b));
+  EXPECT_EQ(structural_hash(canonicalize(a)).hex(), structural_hash(canonicalize(b)).hex());
+  EXPECT_EQ(b.find_label("here"), -1);
+  EXPECT_THROW(optim::centralize(b), Error);  // (an internal error: no rule offers GC without it)
 }
 
 // Only a change of the structure makes a new plan: a value the kernel takes as a scalar does

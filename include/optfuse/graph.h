@@ -157,6 +157,12 @@ class Graph {
   const std::vector<Result>& results() const { return results_; }
   Value value(NodeId id) { return Value(this, id); }
 
+  // Labels `v` for the passes that build on this graph (the optimizer's gradient centralization
+  // finds a rule's effective gradient by its label). A label is no part of the graph's structure:
+  // printing, hashing, canonicalizing, JSON and the passes drop it. Relabelling moves the label.
+  void label(const std::string& name, Value v);
+  NodeId find_label(const std::string& name) const;  // -1 if absent
+
   // Looks up a leaf by name; -1 if absent.
   NodeId find_input(const std::string& name) const;
   NodeId find_scalar(const std::string& name) const;
@@ -170,6 +176,7 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<Output> outputs_;
   std::vector<Result> results_;
+  std::unordered_map<std::string, NodeId> labels_;
   std::unordered_map<std::string, NodeId> intern_;  // structural key -> id (hash-consing)
 };
 

@@ -150,6 +150,16 @@ Value with_constant(Op op, double a, Value b) {
 
 Graph::Graph(std::string name) { set_name(std::move(name)); }
 
+void Graph::label(const std::string& name, Value v) {
+  if (v.graph() != this) throw Error("label '" + name + "': the value belongs to another graph");
+  labels_[name] = v.id();
+}
+
+NodeId Graph::find_label(const std::string& name) const {
+  auto it = labels_.find(name);
+  return it == labels_.end() ? -1 : it->second;
+}
+
 void Graph::set_name(std::string n) {
   check_name(n, "graph name");
   name_ = std::move(n);

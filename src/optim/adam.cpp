@@ -9,8 +9,9 @@
 // decay factor) is computed here on the host in double and rounded once: computing 1 - beta2 in
 // fp32 inside the kernel alone costs ~1e-5 relative error against torch (measured).
 // grad_centralization (MindSpore's option; Yong et al. 2020): for tensors with >= 2 dims, g -=
-// its mean over all dims but the first, after L2 weight decay (the GC paper's Adam_GC order).
-// Structure (compiled in): AMSGrad or not, GC or not; Adam vs AdamW is a different graph.
+// its mean over all dims but the first, after L2 weight decay (the GC paper's Adam_GC order):
+// the graphs label that gradient (grad_centralization.h), group_plan.cpp's transform centralizes
+// it. Structure (compiled in): AMSGrad or not; Adam vs AdamW is a different graph.
 //
 // Without master weights (16-bit params updated in their own dtype, precision.h) the graph is
 // written in the op order of the vector loop of torch's fused CPU kernel
@@ -54,14 +55,13 @@ class Adam final : public UpdateRule {
   }
 
   std::optional<std::vector<std::string>> graph_options() const override {
-    return std::vector<std::string>{"amsgrad", "grad_centralization"};
+    return std::vector<std::string>{"amsgrad"};
   }
 
   Graph graph(const Options& h) const override {
     bool amsgrad = h.at("amsgrad").get<bool>();
-    bool gc = h.value("grad_centralization", false);
-    Graph gr(type_ + (amsgrad ? "_amsgrad" : "") + (gc ? "_gc" : ""));
-    Moments mo = adam_moments(gr, decoupled_, gc);
+    Graph gr(type_ + (amsgrad ? "_amsgrad" : ""));
+    Moments mo = adam_moments(gr, decoupled_);
     Value v_used = mo.v;
     if (amsgrad) {
       v_used = max(gr.state("max_exp_avg_sq"), mo.v);
@@ -74,8 +74,7 @@ class Adam final : public UpdateRule {
 
   Graph unmastered_graph(const Options& h) const override {
     bool amsgrad = h.at("amsgrad").get<bool>();
-    bool gc = h.value("grad_centralization", false);
-    Graph gr(type_ + (amsgrad ? "_amsgrad" : "") + (gc ? "_gc" : "") + "_torch_order");
+    Graph gr(type_ + (amsgrad ? "_amsgrad" : "") + "_torch_order");
     Value p = gr.param("param"), m = gr.state("exp_avg"), v = gr.state("exp_avg_sq");
     Value g = gr.scalar("grad_sign") * gr.grad("grad");
     if (decoupled_) {
@@ -83,7 +82,7 @@ class Adam final : public UpdateRule {
     } else {
       g = g + p * gr.scalar("weight_decay");
     }
-    if (gc) g = centralized(g);
+    g = effective_grad(g);  // (where gradient centralization applies)
     Value m_new = m + gr.scalar("one_minus_beta1") * (g - m);
     // torch's fma((1 - beta2) g, g, v beta2), the two inner products rounded in f32. In f32 LLVM
     // rewrites (c g) g as (g g) c (a reassociation rule that looks at the outer multiply only),

@@ -21,14 +21,14 @@ void validate_adam_like(const Options& h, const std::string& where, bool has_eps
   if (wd < 0) throw Error(where + ": Invalid weight_decay value: " + pyfloat(wd));
 }
 
-Moments adam_moments(Graph& gr, bool decoupled, bool centralize) {
+Moments adam_moments(Graph& gr, bool decoupled) {
   Value p = gr.param("param"), m = gr.state("exp_avg"), v = gr.state("exp_avg_sq");
   Value g = gr.scalar("grad_sign") * gr.grad("grad");
   if (decoupled)
     p = p * gr.scalar("decay");
   else
     g = g + gr.scalar("weight_decay") * p;
-  if (centralize) g = centralized(g);
+  g = effective_grad(g);  // (where gradient centralization applies)
   Value m_new = m + gr.scalar("one_minus_beta1") * (g - m);
   Value v_new = gr.scalar("beta2") * v + gr.scalar("one_minus_beta2") * (g * g);
   gr.output("exp_avg", m_new);

@@ -17,15 +17,15 @@ void validate_adam_like(const Options& h, const std::string& where, bool has_eps
 // The shared front of the update: g = grad_sign * grad; then L2 weight decay (g += wd * p) or,
 // when `decoupled`, p *= decay (= 1 - lr * wd); m' = lerp(m, g, 1 - beta1) (torch's lerp for a
 // weight below 0.5); v' = beta2 * v + (1 - beta2) * g * g. Declares exp_avg' and exp_avg_sq' as
-// outputs; the caller finishes the param update from the returned values. `centralize`: g is
-// gradient-centralized (grad_centralization.h) after the weight decay, before the moments.
+// outputs; the caller finishes the param update from the returned values. g is labelled the
+// effective gradient (grad_centralization.h): after the weight decay, before the moments.
 struct Moments {
   Value p;  // the param, decayed when decoupled
   Value g;  // the gradient as the moments see it
   Value m;  // exp_avg after this step
   Value v;  // exp_avg_sq after this step
 };
-Moments adam_moments(Graph& gr, bool decoupled, bool centralize = false);
+Moments adam_moments(Graph& gr, bool decoupled);
 
 // The host scalars adam_moments() reads (grad_sign, weight_decay, decay, one_minus_beta1, beta2,
 // one_minus_beta2) and eps, each computed in double.

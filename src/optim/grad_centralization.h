@@ -5,14 +5,29 @@
 // [shape[0], numel / shape[0]] view minus its mean. 1-D tensors are left alone (MindSpore and the
 // paper do the same).
 //
-// In a graph it is `g - row_mean(g)`: a per-row reduction computed as the prologue of the same
-// kernel, so a group with GC still runs ONE kernel per tensor (the row is read twice, the second
-// time from cache for rows that fit L2). A group with GC on binds two kernels: this one for its
-// tensors with >= 2 dims (KernelCall::cols = numel / shape[0]) and the plain one for 1-D tensors.
+// It is a transform of a group's graph (group_plan.cpp's list), where the rule says: a rule that
+// offers the option labels its effective gradient (effective_grad(): the gradient as its update
+// reads it, after the sign and a coupled weight decay, as MindSpore's optimizers centralize it),
+// and centralize() rewrites that value to `g - row_mean(g)`: a per-row reduction computed as the
+// prologue of the same kernel, so a group with GC still runs ONE kernel per tensor (the row is
+// read twice, the second time from cache for rows that fit L2). A group with GC on binds two
+// kernels: this one for its tensors with >= 2 dims (KernelCall::cols = numel / shape[0]) and
+// the plain one for 1-D tensors.
 #include "optfuse/graph.h"
 
 namespace optfuse::optim {
 
-inline Value centralized(Value g) { return g - row_mean(g); }
+// The label of a rule's effective gradient.
+inline constexpr const char* kEffectiveGrad = "effective_grad";
+
+// In a rule's graph: labels `g` as its effective gradient and returns it.
+inline Value effective_grad(Value g) {
+  g.graph()->label(kEffectiveGrad, g);
+  return g;
+}
+
+// `g` with its effective gradient centralized, named "<name>_gc". Error naming the graph if it
+// labels none (its rule does not offer grad_centralization).
+Graph centralize(const Graph& g);
 
 }  // namespace optfuse::optim

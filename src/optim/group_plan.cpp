@@ -7,6 +7,7 @@
 
 #include "optfuse/error.h"
 #include "optfuse/kernel.h"
+#include "optim/grad_centralization.h"
 
 namespace optfuse::optim {
 
@@ -17,14 +18,17 @@ struct Variant {
   bool centralized, blocked, factored;
 };
 
-// After the rule's graph (rule_graph(): the master-weights or the unmastered form, with the
-// rule's gradient centralization, or its factored graph), each transform in this order rewrites
-// the graph so far.
+// After the rule's graph (rule_graph(): the master-weights or the unmastered form, or its
+// factored graph), each transform in this order rewrites the graph so far.
 struct Transform {
   const char* name;
   Graph (*apply)(const Graph& g, const GraphRecipe& r, Variant v);
 };
 constexpr Transform kTransforms[] = {
+    // g_eff - row_mean(g_eff) at the rule's effective gradient, for tensors of >= 2 dims when
+    // the options ask (grad_centralization.h)
+    {"gradient centralization", [](const Graph& g, const GraphRecipe&,
+                                   Variant v) { return v.centralized ? centralize(g) : g; }},
     // g_eff = (grad_accum + grad) * grad_scale: accumulation, unscaling, clipping (grad_prologue.h)
     {"grad prologue", [](const Graph& g, const GraphRecipe& r,
                          Variant) { return with_grad_prologue(g, r.prologue); }},
@@ -56,17 +60,15 @@ Options graph_view(const UpdateRule& rule, const Options& h) {
 
 Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked, bool factored) {
   ++graphs_built;
-  Options view = graph_view(*r.rule, r.options);
-  // (Both graphs of a group with GC take the same arguments: the plain one is the GC graph with
-  // the option off.)
-  if (!centralized && centralizes(r.options)) view["grad_centralization"] = false;
+  const Options view = graph_view(*r.rule, r.options);
   Graph g = [&] {
     if (!factored) return rule_graph(*r.rule, view, r.precision);
     std::optional<Graph> f = r.rule->factored_graph(view);
     if (!f) internal_error(r.rule->type() + " has no factored graph");
     return std::move(*f);
   }();
-  for (const Transform& t : kTransforms) g = t.apply(g, r, Variant{centralized, blocked, factored});
+  const Variant v{centralized && centralizes(r.options), blocked, factored};
+  for (const Transform& t : kTransforms) g = t.apply(g, r, v);
   return g;
 }
 

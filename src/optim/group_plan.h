@@ -37,8 +37,8 @@ struct GraphRecipe {
 // gives them.
 Options graph_view(const UpdateRule& rule, const Options& h);
 
-// The final update graph for `r`; `centralized` keeps the rule's gradient centralization (for
-// tensors of >= 2 dims) and is otherwise turned off, so that both graphs take the same arguments.
+// The final update graph for `r`; `centralized`: with the gradient centralization the options
+// ask for (for tensors of >= 2 dims; both graphs take the same arguments).
 // `blocked`: the graph of a tensor with 8-bit state (block_state.h; the options' state_dtype is
 // "int8" and the tensor has at least min_8bit_size elements). `factored`: the rule's factored
 // graph (UpdateRule::factored_graph, for tensors of >= 2 dims; it must have one).

@@ -4,8 +4,9 @@
 //                g = nesterov ? g + momentum * b : b
 //   p -= lr * g
 // grad_centralization (MindSpore's option; Yong et al. 2020): for tensors with >= 2 dims, g -=
-// its mean over all dims but the first, after weight decay (the GC paper's SGD_GC order).
-// Structure (compiled in): whether a momentum buffer exists, Nesterov, GC. Everything else, and the
+// its mean over all dims but the first, after weight decay (the GC paper's SGD_GC order): the
+// graph labels that gradient (grad_centralization.h), group_plan.cpp's transform centralizes it.
+// Structure (compiled in): whether a momentum buffer exists, Nesterov. Everything else, and the
 // first-step special case, are runtime scalars: at the first step buf_decay = 0 and grad_coef = 1
 // over a zero-filled buffer, which gives exactly b = g.
 #include <cmath>
@@ -46,17 +47,15 @@ class Sgd final : public UpdateRule {
   }
 
   std::optional<std::vector<std::string>> graph_options() const override {
-    return std::vector<std::string>{"momentum", "nesterov", "grad_centralization"};
+    return std::vector<std::string>{"momentum", "nesterov"};
   }
 
   Graph graph(const Options& h) const override {
     bool momentum = has_momentum(h), nesterov = h.at("nesterov").get<bool>();
-    bool gc = h.value("grad_centralization", false);
-    Graph gr(std::string("sgd") + (momentum ? (nesterov ? "_nesterov" : "_momentum") : "") +
-             (gc ? "_gc" : ""));
+    Graph gr(std::string("sgd") + (momentum ? (nesterov ? "_nesterov" : "_momentum") : ""));
     Value p = gr.param("param"), g = gr.grad("grad");
     Value d = gr.scalar("grad_sign") * g + gr.scalar("weight_decay") * p;
-    if (gc) d = centralized(d);
+    d = effective_grad(d);  // (where gradient centralization applies)
     if (momentum) {
       Value b = gr.state("momentum_buffer");
       Value b_new = gr.scalar("buf_decay") * b + gr.scalar("grad_coef") * d;
