@@ -3,6 +3,8 @@
 // keeps it (and its kernels), a structural one makes a new one.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -142,6 +144,19 @@ TEST(GroupBinding, ACompileErrorSurfacesAtTheStepAndChangesNothing) {
   optim::GroupBinding b(engine, broken, {{10, 1}}, true);
   EXPECT_THROW(b.kernels(), Error);
   EXPECT_THROW(b.kernels(), Error);
+}
+
+// The optimizer's new state asks for huge pages (optim.h's advise_huge_pages): advice for the
+// whole 2 MiB pages inside a range, taken where the kernel offers transparent huge pages.
+TEST(GroupBinding, HugePageAdviceCoversWholePagesOnly) {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const bool offered = !modes.empty() && modes.find("[never]") == std::string::npos;
+  std::vector<float> big;
+  big.reserve(size_t(4) << 20);  // 16 MiB, not written
+  EXPECT_EQ(advise_huge_pages(big.data(), big.capacity() * sizeof(float)), offered);
+  std::vector<char> small(4096);
+  EXPECT_FALSE(advise_huge_pages(small.data(), small.size()));
 }
 
 }  // namespace

@@ -11,7 +11,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
-#include <sys/mman.h>
 
 #include <cstdint>
 #include <memory>
@@ -183,18 +182,7 @@ NB_MODULE(_core, m) {
   m.def("openmp_in_use", [] { return optfuse::openmp_runtime().parallel != nullptr; });
   m.def(
       "advise_huge_pages",
-      [](uintptr_t data, size_t bytes) {
-        // The whole 2 MiB pages inside [data, data + bytes): advice only, so an error (no
-        // transparent huge pages here) changes nothing and is not one.
-        constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-        const uintptr_t begin = (data + kHuge - 1) & ~(kHuge - 1),
-                        end = (data + bytes) & ~(kHuge - 1);
-#ifdef MADV_HUGEPAGE
-        if (end > begin)
-          return madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) == 0;
-#endif
-        return false;
-      },
+      [](uintptr_t data, size_t bytes) { return optfuse::advise_huge_pages(address(data), bytes); },
       nb::arg("data"), nb::arg("bytes"),
       "Asks the kernel for transparent huge pages in host memory not yet touched: a new state "
       "buffer then faults in 2 MiB pages (512 times fewer faults on its first write). True if "

@@ -33,6 +33,18 @@ using Impl = optim::OptimizerState;
 
 namespace {
 
+// `v` = `count` copies of `value`, in memory that asks for huge pages before its first write
+// where it is large (advise_huge_pages: a model's state is mostly new memory, and its page faults
+// were most of a fresh process's first step).
+template <typename T>
+void filled(std::vector<T>* v, size_t count, T value) {
+  constexpr size_t kHugePageMinBytes = size_t(4) << 20;
+  v->clear();
+  v->reserve(count);  // (allocated, not written)
+  if (count * sizeof(T) >= kHugePageMinBytes) advise_huge_pages(v->data(), count * sizeof(T));
+  v->assign(count, value);
+}
+
 // The precision of `count` tensors, the i-th's dtypes given by ref(i). Runs at every step, so a
 // tensor whose dtypes equal tensor 0's costs two compares (tensor 0's checks cover it); only a
 // tensor at fault gets its name built.
@@ -191,9 +203,9 @@ void plan_state(const UpdateRule& rule, const Impl::Group& g, Impl::Tensor& t,
     } else {
       auto fill = static_cast<float>(rule.initial_state_value(g.options, s.name));
       if (s.dtype == DType::F32)
-        p.f32.assign(count, fill);
+        filled(&p.f32, count, fill);
       else
-        p.bf16.assign(count, to_16bit(fill, s.dtype));
+        filled(&p.bf16, count, to_16bit(fill, s.dtype));
     }
     out->push_back(std::move(p));
   }
