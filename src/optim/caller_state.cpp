@@ -61,7 +61,7 @@ std::vector<Optimizer::StateSpec> spec_of(const Impl& impl, const Impl::Group& g
 std::vector<Optimizer::StateSpec> state_spec(Impl& impl, size_t group) {
   Impl::Group& g = group_at(impl, group);
   resolve_plan(impl, g, group);
-  return spec_of(impl, g, g.plan->dense, nullptr, 0);
+  return spec_of(impl, g, g.plan()->dense, nullptr, 0);
 }
 
 std::vector<Optimizer::StateSpec> state_spec(Impl& impl, size_t group, size_t index) {
@@ -94,7 +94,7 @@ void bind_state(Impl& impl, size_t group, size_t index, const std::string& name,
                 (slot->numel == t.ref.param.numel ? "param has " + std::to_string(t.ref.param.numel)
                  : g.block_of(t) > 0
                      ? "the state has " + std::to_string(slot->numel) + " (one per block of " +
-                           std::to_string(g.plan->blocking.block) + ")"
+                           std::to_string(g.plan()->blocking.block) + ")"
                      : "the state has " + std::to_string(slot->numel) +
                            " (one per row or column of each matrix of the param's last two dims)"));
   if (buffer.dtype != want)
@@ -110,15 +110,15 @@ void bind_state(Impl& impl, size_t group, size_t index, const std::string& name,
     optim::synchronize(impl.cuda_context);
   // (A tensor's 8-bit buffers share one block size, Tensor::state_block: its own ones of another
   // block size would be read with the new one.)
-  if (want == DType::U8 && t.state_block != 0 && t.state_block != g.plan->blocking.block)
+  if (want == DType::U8 && t.state_block != 0 && t.state_block != g.plan()->blocking.block)
     for (const auto& [held, b] : t.state)
       if (b.dtype() == DType::U8 && !b.caller_owned() && held != name)
         throw Error(who + ": the tensor holds its own 8-bit state '" + held + "' in blocks of " +
                     std::to_string(t.state_block) + ": step once with block_size " +
-                    std::to_string(g.plan->blocking.block) +
+                    std::to_string(g.plan()->blocking.block) +
                     " before binding 8-bit buffers, or bind all of them");
   t.state.insert_or_assign(name, optim::StateBuffer::caller(buffer));
-  if (want == DType::U8) t.state_block = g.plan->blocking.block;
+  if (want == DType::U8) t.state_block = g.plan()->blocking.block;
   t.bound_fresh = t.bound_fresh || fresh;
   t.bound.reset();  // the next step looks its state buffers up again
 }

@@ -13,9 +13,10 @@ namespace optfuse::optim {
 
 namespace {
 
-// Which of a group's graphs group_graph() builds.
+// What the transforms apply beyond the recipe: group_graph()'s flags (the factored graph is the
+// rule's own).
 struct Variant {
-  bool centralized, blocked, factored;
+  bool centralized, blocked;
 };
 
 // After the rule's graph (rule_graph(): the master-weights or the unmastered form, or its
@@ -67,7 +68,7 @@ Graph group_graph(const GraphRecipe& r, bool centralized, bool blocked, bool fac
     if (!f) internal_error(r.rule->type() + " has no factored graph");
     return std::move(*f);
   }();
-  const Variant v{centralized && centralizes(r.options), blocked, factored};
+  const Variant v{centralized && centralizes(r.options), blocked};
   for (const Transform& t : kTransforms) g = t.apply(g, r, v);
   return g;
 }

@@ -40,7 +40,7 @@ std::string optim::OptimizerState::where(size_t group, size_t index, const Param
 void optim::resolve_plan(optim::OptimizerState& impl, Impl::Group& g, size_t group) {
   const optim::Precision precision = optim::group_precision(g, group);
   const optim::GradPrologue prologue = impl.control.prologue();
-  const optim::GroupPlan* plan = g.plan.get();
+  const optim::GroupPlan* plan = g.plan();
   const bool checked = plan && g.plan_options == g.options && plan->recipe.precision == precision &&
                        plan->recipe.prologue.accumulated == prologue.accumulated &&
                        plan->recipe.prologue.scaled == prologue.scaled;
@@ -53,9 +53,8 @@ void optim::resolve_plan(optim::OptimizerState& impl, Impl::Group& g, size_t gro
     std::vector<optim::TensorShape> shapes;
     for (const auto& t : g.tensors) shapes.push_back({t.ref.param.numel, t.ref.param.shape.size()});
     // Every tensor is bound to the new binding at the next step (Tensor::bound).
-    g.binding = std::make_shared<optim::GroupBinding>(*impl.engine, made, shapes,
+    g.binding = std::make_shared<optim::GroupBinding>(*impl.engine, std::move(made), shapes,
                                                       impl.memory == Memory::Host);
-    g.plan = std::move(made);
   }
   g.plan_options = g.options;
 }
@@ -281,8 +280,7 @@ static void update(Impl& impl) {
     try {
       g.kernels();
     } catch (...) {
-      g.plan.reset();  // the next step plans and compiles again
-      g.binding.reset();
+      g.binding.reset();  // the next step plans and compiles again
       throw;
     }
   }
@@ -315,7 +313,7 @@ static void update(Impl& impl) {
       if (t.bound != g.binding) {
         // Without master weights the param is the value: a copy kept from before would be stale
         // if master weights were turned on again.
-        if (auto m = t.state.find(optim::kMasterState); g.plan->recipe.precision.unmastered() &&
+        if (auto m = t.state.find(optim::kMasterState); g.plan()->recipe.precision.unmastered() &&
                                                         m != t.state.end() &&
                                                         !m->second.caller_owned())
           t.state.erase(m);

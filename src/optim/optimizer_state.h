@@ -71,19 +71,19 @@ struct OptimizerState {
   struct Group {
     Options options;  // defaults merged with overrides, validated
     std::vector<Tensor> tensors;
-    // The group's final update graph and all that is derived from it (group_plan.h), the options
-    // it was last checked against, and the kernels of its tensors under it (group_binding.h):
-    // resolved at the first step (or state_spec) after they change.
-    std::shared_ptr<const GroupPlan> plan;
+    // The kernels of its tensors (group_binding.h) under the group's final update graph and all
+    // that is derived from it (plan(), group_plan.h), and the options they were last checked
+    // against: resolved at the first step (or state_spec) after they change.
     std::shared_ptr<const GroupBinding> binding;
     Options plan_options;
+    const GroupPlan* plan() const { return binding ? &binding->plan() : nullptr; }
     // Of tensor `t` under the plan: the block size of its 8-bit state (0: none; state_dtype
     // "int8" and at least min_8bit_size elements), whether it runs the factored graph, and its
     // kernel plan.
-    int64_t block_of(const Tensor& t) const { return plan->block_of(t.ref.param.numel); }
-    bool factored(const Tensor& t) const { return plan->factors(t.ref.param.shape.size()); }
+    int64_t block_of(const Tensor& t) const { return plan()->block_of(t.ref.param.numel); }
+    bool factored(const Tensor& t) const { return plan()->factors(t.ref.param.shape.size()); }
     const KernelPlan& plan_of(const Tensor& t) const {
-      return plan->of(t.ref.param.numel, t.ref.param.shape.size());
+      return plan()->of(t.ref.param.numel, t.ref.param.shape.size());
     }
     // Each tensor's kernel, by index (waits for the binding's compile; throws its Error).
     const std::vector<std::shared_ptr<const Kernel>>& kernels() const { return binding->kernels(); }

@@ -62,7 +62,8 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
   memo.host_before = t.host;
   std::map<std::string, double> values;
   impl.rule->scalars(
-      g.options, TensorStep{step, created_now, &t.host, rows, cols, g.plan->recipe.precision.param},
+      g.options,
+      TensorStep{step, created_now, &t.host, rows, cols, g.plan()->recipe.precision.param},
       &values);
   values[kGradScale] = impl.control.grad_scale;  // used when the kernel has the prologue
   values[kRoundingKey] = 0;                      // per tensor: prepare_call sets it
@@ -76,8 +77,8 @@ const std::vector<double>& step_scalars(const Impl& impl, Impl::Group& g, Impl::
       out->push_back(it->second);
     }
   };
-  in_order(g.plan->dense, &memo.values);
-  in_order(g.plan->factored, &memo.factored_values);
+  in_order(g.plan()->dense, &memo.values);
+  in_order(g.plan()->factored, &memo.factored_values);
   memo.step = step;
   memo.rows = rows;
   memo.cols = cols;
