@@ -85,7 +85,7 @@ TEST(Cache, GoldenKey) {
   EngineOptions eo;
   eo.target = "x86-64-linux-avx2";
   Engine e(eo);
-  EXPECT_EQ(e.kernel_key(sgd("any")), "bc7b26368c8829b475eeb97dfc4f5eb6");
+  EXPECT_EQ(e.kernel_key(sgd("any")), "178484ab6557bea4ecfd8134a7141a6b");
 }
 
 TEST(Cache, DefaultLocation) {

@@ -102,6 +102,13 @@ TEST(CudaPtx, OneKernelEntryPerGraph) {
   EXPECT_EQ(entries, 1u);  // all outputs in one kernel, the uniforms inlined (no host stage)
 }
 
+// CUDA kernels keep Halide's assertions (jit/halide_bridge.cpp, kernel_target): their host code
+// checks the device calls' error codes with them. (CPU kernels: test_jit_engine.cpp.)
+TEST(CudaPtx, CudaKernelsKeepHalideAssertions) {
+  const std::vector<char> obj = cuda_object(update_graph({{"type", "sgd"}, {"lr", 0.1}}));
+  EXPECT_NE(std::string(obj.begin(), obj.end()).find("halide_error_"), std::string::npos);
+}
+
 TEST(CudaPtx, CpuObjectsHoldNoPtx) {
   std::string resolved = jit::resolve_target("host");
   std::vector<char> obj = jit::compile_kernel_object(

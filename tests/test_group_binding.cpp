@@ -3,6 +3,7 @@
 // keeps it (and its kernels), a structural one makes a new one.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -146,7 +147,7 @@ TEST(GroupBinding, ACompileErrorSurfacesAtTheStepAndChangesNothing) {
   EXPECT_THROW(b.kernels(), Error);
 }
 
-// The optimizer's new state asks for huge pages (optim.h's advise_huge_pages): advice for the
+// advise_huge_pages (optim.h), what the optimizer uses for its new state: advice for the
 // whole 2 MiB pages inside a range, taken where the kernel offers transparent huge pages.
 TEST(GroupBinding, HugePageAdviceCoversWholePagesOnly) {
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
@@ -157,6 +158,18 @@ TEST(GroupBinding, HugePageAdviceCoversWholePagesOnly) {
   EXPECT_EQ(advise_huge_pages(big.data(), big.capacity() * sizeof(float)), offered);
   std::vector<char> small(4096);
   EXPECT_FALSE(advise_huge_pages(small.data(), small.size()));
+}
+
+// The optimizer advises its new state into huge pages only with OPTFUSE_HUGE_PAGES=1 (off by
+// default: on some hosts it slows the first step down, optfuse/optim.h).
+TEST(GroupBinding, HugePagesForNewStateOnlyWhenTold) {
+  ASSERT_EQ(unsetenv("OPTFUSE_HUGE_PAGES"), 0);
+  EXPECT_FALSE(huge_pages_for_new_state());
+  ASSERT_EQ(setenv("OPTFUSE_HUGE_PAGES", "0", 1), 0);
+  EXPECT_FALSE(huge_pages_for_new_state());
+  ASSERT_EQ(setenv("OPTFUSE_HUGE_PAGES", "1", 1), 0);
+  EXPECT_TRUE(huge_pages_for_new_state());
+  ASSERT_EQ(unsetenv("OPTFUSE_HUGE_PAGES"), 0);
 }
 
 }  // namespace

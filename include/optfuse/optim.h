@@ -133,10 +133,16 @@ void decode_8bit_state(const std::string& name, int64_t block, const uint8_t* co
 
 // Asks the OS for transparent huge pages in host memory at `data` not written yet (the whole
 // 2 MiB pages inside the `bytes`): new state then faults in 2 MiB pages, 512 times fewer faults
-// on its first write, which is most of a fresh process's first step. Advice only: false where it
-// was not taken (no huge pages here, no whole page inside), and nothing changed. The optimizer
-// does this for the state it makes; for frameworks that make the state themselves (bind_state).
+// on its first write. Advice only: false where it was not taken (no huge pages here, no whole
+// page inside), and nothing changed. For frameworks that make the state themselves (bind_state).
 bool advise_huge_pages(void* data, size_t bytes);
+
+// Whether the optimizer (C++ and optfuse.torch) advises the new state it makes of 4 MiB or more
+// into huge pages: only with OPTFUSE_HUGE_PAGES=1 in the environment. Whether that pays depends
+// on the host: on one 2-core VM GPT-2 small's first step took 0.3 s less with it, on another
+// 0.5 s more (its 2 MiB pages came from memory the hypervisor had not backed yet) and later
+// steps no faster (bench/README.md, "Huge pages for new state").
+bool huge_pages_for_new_state();
 
 // The update graph a parameter group runs: `config` as for Optimizer::create, `overrides` as for
 // add_param_group (merged and validated the same way). For warming a cache without tensors.

@@ -89,8 +89,10 @@ namespace engine_detail {
 // narrowing of split or scalarized lanes packed too (lower/bf16.h). (Its AVX512-BF16 form is a
 // key part of its own: jit::cpu_extras_key.) 12: bf16 narrowing's subnormal test by vfpclassps.
 // 13: selects on a bool scalar compiled as a loop per value (lower/schedule.h, `cases`); uniform
-// f32 -> f64 widenings in the element loop, so that they reach the FMA (lower/fma.h).
-constexpr const char* kLoweringVersion = "lowering-13";
+// f32 -> f64 widenings in the element loop, so that they reach the FMA (lower/fma.h). 14: CPU
+// kernels without Halide's assertions and bounds queries (jit/halide_bridge.cpp, kernel_target);
+// a flat call that fits one task runs the streaming loop (lower/schedule.cpp), not one of its own.
+constexpr const char* kLoweringVersion = "lowering-14";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

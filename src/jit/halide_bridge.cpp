@@ -54,12 +54,23 @@ std::vector<char> read_file(const std::string& path) {
 
 Halide::Target halide_target(const std::string& resolved) { return Halide::Target(resolved); }
 
-// What kernels are compiled for: the runtime is linked separately, and the user context carries
-// each call's error buffer to the error handler.
+// What the runtime is compiled for: the user context carries each call's error buffer to the
+// error handler.
+Halide::Target runtime_target(const std::string& resolved) {
+  return halide_target(resolved).with_feature(Halide::Target::UserContext);
+}
+
+// What kernels are compiled for: the runtime is linked separately. CPU kernels carry no Halide
+// assertions and no bounds-query mode: every buffer a kernel sees is built by
+// src/engine/kernel_impl.cpp from the kernel's own signature and a call it has checked (counts,
+// sizes, alignment), never by a user, so the assertions re-checked what is true by construction;
+// with the bounds queries they were a fifth of a cold compile (bench/README.md, "Smaller
+// kernels"). CUDA kernels keep them: there they also carry the device calls' error codes out.
 Halide::Target kernel_target(const std::string& resolved) {
-  return halide_target(resolved)
-      .with_feature(Halide::Target::NoRuntime)
-      .with_feature(Halide::Target::UserContext);
+  Halide::Target t = runtime_target(resolved).with_feature(Halide::Target::NoRuntime);
+  if (!t.has_gpu_feature())
+    t = t.with_feature(Halide::Target::NoAsserts).with_feature(Halide::Target::NoBoundsQuery);
+  return t;
 }
 
 // Runs `f`, turning Halide's exceptions into optfuse::Error (internal ones into internal errors).
@@ -177,7 +188,7 @@ std::vector<char> compile_runtime_object(const std::string& target) {
   return halide_call("compiling the Halide runtime", [&] {
     TempDir dir;
     std::string path = dir.file("runtime.o");
-    Halide::compile_standalone_runtime(path, kernel_target(target));
+    Halide::compile_standalone_runtime(path, runtime_target(target));
     return read_file(path);
   });
 }

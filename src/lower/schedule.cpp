@@ -30,20 +30,17 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   // Vectors first, then chunks of whole vectors: only the last vector of the array is ragged, so
   // the predicated tail exists once, not once per task.
   Halide::Expr vectors_per_task = Halide::max(f.chunk / s.vector_width, 1);
-  // A call that fits one task runs on the calling thread without entering Halide's thread pool
-  // (whose job queue costs about a microsecond and serializes concurrent callers): what lets
-  // step() spread many small tensors over all cores.
+  // One task on the calling thread, never entering Halide's thread pool (whose job queue costs
+  // about a microsecond and serializes concurrent callers): for chunk < 0, callers that run many
+  // such calls in parallel themselves (KernelCall::serial: Optimizer::step's one round over
+  // (tensor, chunk) pairs), and for a call that fits one task. Its loop has a name of its own, so
+  // that it gets the parallel tasks' prefetches; its vector Var is theirs (`load` is computed at
+  // it). (A loop of its own for calls that fit one task made every kernel a third longer to
+  // compile: 3 copies of the loop instead of 2. jit::do_par_for runs one task inline anyway.)
   Halide::Expr extent = f.out.output_buffers()[0].dim(0).extent();
-  // chunk < 0: one task on the calling thread that streams from memory, for callers that run
-  // many such calls in parallel themselves (KernelCall::serial: Optimizer::step's one round over
-  // (tensor, chunk) pairs). Its outer loop has a name of its own, so that of the single-task
-  // loops it alone gets the parallel tasks' prefetches; its vector Var is theirs (`load` is
-  // computed at it).
   Halide::Var xso("xso");
-  Halide::Stage streaming = f.out.specialize(f.chunk < 0);
+  Halide::Stage streaming = f.out.specialize(f.chunk < 0 || extent <= f.chunk);
   streaming.split(f.x, xso, xv, s.vector_width, TailStrategy::GuardWithIf).vectorize(xv);
-  Halide::Stage single = f.out.specialize(extent <= f.chunk);
-  single.split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf).vectorize(xv);
   f.out.split(f.x, xvo, xv, s.vector_width, TailStrategy::GuardWithIf)
       .vectorize(xv)
       .split(xvo, xo, xi, vectors_per_task, TailStrategy::GuardWithIf)
@@ -53,7 +50,6 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   // stay as they were.
   if (s.unroll > 1) {
     Halide::Var xu("xu"), xs("xs");
-    single.split(xvo, xs, xu, s.unroll, TailStrategy::GuardWithIf).unroll(xu);
     Halide::Var xsu("xsu"), xss("xss");
     streaming.split(xso, xss, xsu, s.unroll, TailStrategy::GuardWithIf).unroll(xsu);
     f.out.split(xi, xs, xu, s.unroll, TailStrategy::GuardWithIf).unroll(xu);
@@ -62,14 +58,11 @@ void apply_cpu_flat_schedule(PipelineFuncs& f, const Schedule& s) {
   // so every stage gets its own, after its splits; the default stage's comes after the others.
   for (const Halide::Expr& c : f.cases) {
     streaming.specialize(c);
-    single.specialize(c);
     f.out.specialize(c);
   }
   // All inputs of a vector are loaded before any output of it is stored: in place is safe by
   // construction rather than by LLVM's alias analysis.
   if (f.load.defined()) f.load.compute_at(f.out, xv);
-  // The parallel and streaming tasks read from memory; a call that fits one task is mostly
-  // cache-resident (and per-call overhead matters there), so its loop gets no prefetches.
   if (s.prefetch > 0 || s.prefetch_l2 > 0) {
     f.prefetch_loops.push_back("." + xi.name());
     f.prefetch_loops.push_back("." + xso.name());

@@ -1,5 +1,8 @@
-// advise_huge_pages (optfuse/optim.h): madvise(MADV_HUGEPAGE) where the OS has it.
+// advise_huge_pages (optfuse/optim.h): madvise(MADV_HUGEPAGE) where the OS has it; and whether
+// the optimizer asks it for its new state (OPTFUSE_HUGE_PAGES=1).
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "optfuse/optim.h"
 
@@ -19,6 +22,13 @@ bool advise_huge_pages(void* data, size_t bytes) {
 #else
   return false;
 #endif
+}
+
+bool huge_pages_for_new_state() {
+  // Read at each call (once per new state buffer): a test or a launcher may set it after the
+  // library loaded.
+  const char* e = std::getenv("OPTFUSE_HUGE_PAGES");
+  return e && std::strcmp(e, "1") == 0;
 }
 
 }  // namespace optfuse

@@ -260,6 +260,29 @@ def test_new_state_asks_for_huge_pages():
     assert bool((t == 7).all())
 
 
+def test_new_state_asks_for_huge_pages_only_when_told(monkeypatch):
+    """New state is advised into huge pages with OPTFUSE_HUGE_PAGES=1 only (off by default: on
+    some hosts it slows the first step down, include/optfuse/optim.h)."""
+    from optfuse import _core
+    from optfuse.torch import _binding
+
+    advised = []
+    real = _core.advise_huge_pages
+    monkeypatch.setattr(_core, "advise_huge_pages", lambda p, n: advised.append(n) or real(p, n))
+    for env, want in ((None, []), ("0", []), ("1", [8 << 20])):
+        if env is None:
+            monkeypatch.delenv("OPTFUSE_HUGE_PAGES", raising=False)
+        else:
+            monkeypatch.setenv("OPTFUSE_HUGE_PAGES", env)
+        advised.clear()
+        t = _binding._filled(torch.empty(8 << 20, dtype=torch.uint8), 3)
+        assert advised == want, env
+        assert bool((t == 3).all())
+    advised.clear()
+    _binding._filled(torch.empty(1024, dtype=torch.uint8), 0)  # too small to ask
+    assert advised == []
+
+
 def test_large_new_state_holds_torchs_initial_value():
     """A 12 MB param's state is made through the huge-page path (at least 4 MiB): its non-zero
     initial value must be torch's. One Adagrad step: sum = 0.25 + g * g, which torch and the
