@@ -147,8 +147,9 @@ TEST(GroupBinding, ACompileErrorSurfacesAtTheStepAndChangesNothing) {
   EXPECT_THROW(b.kernels(), Error);
 }
 
-// advise_huge_pages (optim.h), what the optimizer uses for its new state: advice for the
-// whole 2 MiB pages inside a range, taken where the kernel offers transparent huge pages.
+// advise_huge_pages (optim.h), what the optimizer uses for new state with OPTFUSE_HUGE_PAGES=1:
+// advice for the whole 2 MiB pages inside a range, taken where the OS offers transparent huge
+// pages.
 TEST(GroupBinding, HugePageAdviceCoversWholePagesOnly) {
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string modes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
