@@ -130,7 +130,7 @@ Graph scaled() {
 constexpr float kEps = 1e-8f;
 
 // Runs the kernel over every significand of [1, 2) plus the special values, with `exact` as
-// given (not necessarily true), on `n` of them (the single-task loop) or all.
+// given (not necessarily true), on `n` of them (one task: the streaming loop) or all.
 std::vector<float> run(const Kernel& k, float c, const ScalarReciprocal& r, bool exact,
                        const std::vector<float>& x, bool serial, int64_t cols = 0) {
   std::vector<float> p = x;
@@ -166,7 +166,7 @@ TEST_P(ExactDivision, EachLoopOfTheKernelComputesItsCase) {
     x.push_back(std::ldexp(static_cast<float>(X), -23));
   for (float s : {0.0f, std::numeric_limits<float>::infinity(), std::sqrt(-1.0f), 3e-23f})
     x.push_back(s);                                 // in the ragged last vector
-  std::vector<float> few(x.end() - 1000, x.end());  // one task: the single-task loop
+  std::vector<float> few(x.end() - 1000, x.end());  // one task: the streaming loop
   for (int step : {10, 51}) {                       // exact, then not
     const float c = divisor(0.999, step);
     const ScalarReciprocal r = split_reciprocal(c);
@@ -233,17 +233,17 @@ TEST(ExactDivisionRows, EachLoopOfThePerRowKernelComputesItsCase) {
 INSTANTIATE_TEST_SUITE_P(Targets, ExactDivision, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "Fma" : "NoFma"; });
 
-// No loop reads the flag: each of the CPU schedule's three loops (parallel tasks, one task,
-// streaming) is compiled once per value of it, where the select has a constant condition (inside
-// strict_float Halide leaves it, and LLVM drops the other operand: the multiply-add loops have
-// no divide, which is what makes them faster, src/lower/README.md).
+// No loop reads the flag: each of the CPU schedule's two loops (parallel tasks; one task on the
+// calling thread, streaming) is compiled once per value of it, where the select has a constant
+// condition (inside strict_float Halide leaves it, and LLVM drops the other operand: the
+// multiply-add loops have no divide, which is what makes them faster, src/lower/README.md).
 TEST(ExactDivisionLoops, TheFlagChoosesBetweenLoopsNotLanes) {
   const std::string stmt = testing::shared_engine().lowered_stmt(scaled());
   size_t branches = 0;
   for (size_t at = stmt.find("if ((uint1)"); at != std::string::npos;
        at = stmt.find("if ((uint1)", at + 1))
     branches += stmt.compare(stmt.find(')', at + 11) - 6, 6, "_exact") == 0;
-  EXPECT_EQ(branches, 3u) << stmt;
+  EXPECT_EQ(branches, 2u) << stmt;
   const size_t flag = stmt.find("_exact"), param_start = stmt.rfind('s', flag);
   const std::string name = stmt.substr(param_start, flag + 6 - param_start);  // "s2_exact"
   EXPECT_EQ(stmt.find("select((uint1)" + name), std::string::npos) << stmt;

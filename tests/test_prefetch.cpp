@@ -1,7 +1,8 @@
 // Software prefetch in CPU kernels (src/lower/prefetch.*, Schedule::prefetch and prefetch_l2):
 // where the lowered code prefetches (every input, every cache line of each vector, `prefetch`
-// bytes ahead and again into L2 `prefetch_l2` bytes ahead, only in the parallel tasks' loop or
-// the row loop of per-row kernels), that a distance of 0 removes its kind, that the prefetches are
+// bytes ahead and again into L2 `prefetch_l2` bytes ahead, in the parallel tasks' loop, the
+// streaming one-task loop and the row loop of per-row kernels, nowhere else), that a distance of
+// 0 removes its kind, that the prefetches are
 // t0 and t1 (not the nta Halide emits), and that prefetching never changes a result bit.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -53,18 +54,18 @@ std::multiset<std::string> prefetched_buffers(const std::string& text, Level lev
   return names;
 }
 
-// The single-task path's loop ("for (out.s0.x.xvo, ..." up to the next loop; the Func may be
-// named out$N), or "" with a test failure if there is none.
-std::string single_task_loop(const std::string& text) {
-  size_t single = text.find(".s0.x.xvo, ");
-  if (single == std::string::npos) {
-    ADD_FAILURE() << "no single-task loop in\n" << text;
+// The loop named `var` ("for (out.s0.x.<var>, ..." up to the next loop; the Func may be named
+// out$N), or "" with a test failure if there is none.
+std::string loop(const std::string& text, const std::string& var) {
+  size_t at = text.find(".s0.x." + var + ", ");
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no loop " << var << " in\n" << text;
     return "";
   }
-  return text.substr(single, text.find("for (", single + 5) - single);
+  return text.substr(at, text.find("for (", at + 5) - at);
 }
 
-TEST(Prefetch, EveryInputEveryLineAheadInTheParallelLoopOnly) {
+TEST(Prefetch, EveryInputEveryLineAheadInBothElementLoops) {
   Graph adamw = update_graph({{"type", "adamw"}});
   std::string text = stmt(adamw, 2048);
   std::multiset<std::string> names = prefetched_buffers(text);
@@ -78,9 +79,12 @@ TEST(Prefetch, EveryInputEveryLineAheadInTheParallelLoopOnly) {
   EXPECT_EQ(names.size() % 4, 0u);
   // 2048 bytes = 512 f32 elements ahead of the vector being loaded.
   EXPECT_THAT(text, HasSubstr(") + 512, 1, 1)"));
-  // Only inside the parallel tasks' loop (out.s0.x.xvo.xi): every prefetch names it or a value
-  // derived from it in the same loop; the single-task path (loop out.s0.x.xvo) has none.
-  EXPECT_THAT(single_task_loop(text), Not(HasSubstr("prefetch(")));
+  // In the parallel tasks' loop (out.s0.x.xvo.xi) and the one-task streaming loop
+  // (out.s0.x.xso), each of which names its own loop variable in its prefetches; the schedule has
+  // no other element loop (calls that fit one task stream too, src/lower/schedule.cpp).
+  EXPECT_THAT(loop(text, "xvo.xi"), HasSubstr("prefetch(in0_param"));
+  EXPECT_THAT(loop(text, "xso"), HasSubstr("prefetch(in0_param"));
+  EXPECT_THAT(text, Not(HasSubstr(".s0.x.xvo, ")));
 }
 
 TEST(Prefetch, L2PrefetchesTheSameLinesFartherAhead) {
@@ -92,7 +96,7 @@ TEST(Prefetch, L2PrefetchesTheSameLinesFartherAhead) {
   EXPECT_EQ(l2, near);  // one L2 prefetch beside each near one
   // 16384 bytes = 4096 f32 elements ahead.
   EXPECT_THAT(text, HasSubstr(") + 4096) + optfuse_prefetch_l2_marker(), 1, 1)"));
-  EXPECT_THAT(single_task_loop(text), Not(HasSubstr("prefetch")));
+  EXPECT_THAT(loop(text, "xso"), HasSubstr("optfuse_prefetch_l2_marker()"));
   // bf16 params and grads (f32 master weights and state): 8192 bf16 elements, 4096 f32.
   std::string mixed =
       stmt(update_graph({{"type", "adamw"}}, {}, DType::BF16, DType::BF16), 2048, 16384);
