@@ -139,9 +139,8 @@ bool advise_huge_pages(void* data, size_t bytes);
 
 // Whether the optimizer (C++ and optfuse.torch) advises the new state it makes of 4 MiB or more
 // into huge pages: only with OPTFUSE_HUGE_PAGES=1 in the environment. Whether that pays depends
-// on the host: on one 2-core VM GPT-2 small's first step took 0.3 s less with it, on another
-// 0.5 s more (its 2 MiB pages came from memory the hypervisor had not backed yet) and later
-// steps no faster (bench/README.md, "Huge pages for new state").
+// on the host: on one 2-core VM GPT-2 small's first step took 0.2-0.3 s less with it, on another
+// 0.5 s more, and later steps no faster (bench/README.md, "Huge pages for new state").
 bool huge_pages_for_new_state();
 
 // The update graph a parameter group runs: `config` as for Optimizer::create, `overrides` as for
