@@ -164,12 +164,13 @@ TEST(GroupBinding, HugePageAdviceCoversWholePagesOnly) {
 // The optimizer advises its new state into huge pages only with OPTFUSE_HUGE_PAGES=1 (off by
 // default: on some hosts it slows the first step down, optfuse/optim.h).
 TEST(GroupBinding, HugePagesForNewStateOnlyWhenTold) {
+  constexpr size_t kBig = size_t(16) << 20;
   ASSERT_EQ(unsetenv("OPTFUSE_HUGE_PAGES"), 0);
-  EXPECT_FALSE(huge_pages_for_new_state());
+  EXPECT_FALSE(huge_pages_for_new_state(kBig));
   ASSERT_EQ(setenv("OPTFUSE_HUGE_PAGES", "0", 1), 0);
-  EXPECT_FALSE(huge_pages_for_new_state());
+  EXPECT_FALSE(huge_pages_for_new_state(kBig));
   ASSERT_EQ(setenv("OPTFUSE_HUGE_PAGES", "1", 1), 0);
-  EXPECT_TRUE(huge_pages_for_new_state());
+  EXPECT_TRUE(huge_pages_for_new_state(kBig));
   ASSERT_EQ(unsetenv("OPTFUSE_HUGE_PAGES"), 0);
 }
 

@@ -137,11 +137,12 @@ void decode_8bit_state(const std::string& name, int64_t block, const uint8_t* co
 // page inside), and nothing changed. For frameworks that make the state themselves (bind_state).
 bool advise_huge_pages(void* data, size_t bytes);
 
-// Whether the optimizer (C++ and optfuse.torch) advises the new state it makes of 4 MiB or more
-// into huge pages: only with OPTFUSE_HUGE_PAGES=1 in the environment. Whether that pays depends
-// on the host: on one 2-core VM GPT-2 small's first step took 0.2-0.3 s less with it, on another
-// 0.5 s more, and later steps no faster (bench/README.md, "Huge pages for new state").
-bool huge_pages_for_new_state();
+// Whether the optimizer (C++ and optfuse.torch) advises a new state buffer of `bytes` it makes
+// into huge pages: 4 MiB or more, and only with OPTFUSE_HUGE_PAGES=1 in the environment. Whether
+// that pays depends on the host: on one 2-core VM GPT-2 small's first step took 0.2-0.3 s less with
+// it, on another 0.5 s more, and later steps no faster (bench/README.md, "Huge pages for new
+// state").
+bool huge_pages_for_new_state(size_t bytes);
 
 // The update graph a parameter group runs: `config` as for Optimizer::create, `overrides` as for
 // add_param_group (merged and validated the same way). For warming a cache without tensors.

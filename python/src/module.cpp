@@ -187,8 +187,9 @@ NB_MODULE(_core, m) {
       "Asks the kernel for transparent huge pages in host memory not yet touched: a new state "
       "buffer then faults in 2 MiB pages (512 times fewer faults on its first write). True if "
       "the advice was taken.");
-  m.def("huge_pages_for_new_state", &optfuse::huge_pages_for_new_state,
-        "Whether new state of 4 MiB or more is advised into huge pages (OPTFUSE_HUGE_PAGES=1).");
+  m.def("huge_pages_for_new_state", &optfuse::huge_pages_for_new_state, nb::arg("bytes"),
+        "Whether a new state buffer of `bytes` is advised into huge pages: 4 MiB or more, with "
+        "OPTFUSE_HUGE_PAGES=1.");
   m.def(
       "newton_schulz_cblas",
       [](uintptr_t in, uintptr_t out, int64_t rows, int64_t cols, const std::string& callee) {

@@ -24,7 +24,8 @@ bool advise_huge_pages(void* data, size_t bytes) {
 #endif
 }
 
-bool huge_pages_for_new_state() {
+bool huge_pages_for_new_state(size_t bytes) {
+  if (bytes < (size_t(4) << 20)) return false;
   // Read at each call (once per new state buffer): a test or a launcher may set it after the
   // library loaded.
   const char* e = std::getenv("OPTFUSE_HUGE_PAGES");

@@ -34,14 +34,12 @@ using Impl = optim::OptimizerState;
 namespace {
 
 // `v` = `count` copies of `value`, in memory that asks for huge pages before its first write
-// where it is large and huge_pages_for_new_state() says so (optfuse/optim.h).
+// where huge_pages_for_new_state() says so (optfuse/optim.h).
 template <typename T>
 void filled(std::vector<T>* v, size_t count, T value) {
-  constexpr size_t kHugePageMinBytes = size_t(4) << 20;
   v->clear();
   v->reserve(count);  // (allocated, not written)
-  if (count * sizeof(T) >= kHugePageMinBytes && huge_pages_for_new_state())
-    advise_huge_pages(v->data(), count * sizeof(T));
+  if (huge_pages_for_new_state(count * sizeof(T))) advise_huge_pages(v->data(), count * sizeof(T));
   v->assign(count, value);
 }
 

@@ -119,21 +119,15 @@ def param_mode(p: torch.Tensor, contiguous: bool) -> int:
     return DIRECT if is_dense(p) and outermost and not contiguous else STAGED
 
 
-# With OPTFUSE_HUGE_PAGES=1 (_core.huge_pages_for_new_state), a new host state buffer of at least
-# this many bytes asks for transparent huge pages before its first write: one page fault per
-# 2 MiB instead of per 4 KiB. Off by default: on some hosts it makes the first step slower
-# (include/optfuse/optim.h).
-_HUGE_PAGE_MIN_BYTES = 4 << 20
-
-
 def _filled(t: torch.Tensor, value: float) -> torch.Tensor:
     """`t` (new, untouched) filled with `value`, as torch.full would make it."""
-    # (A DTensor's local shard is made by torch's dispatch: only plain tensors have our pointer.)
+    # Large new host state asks for transparent huge pages before its first write where
+    # huge_pages_for_new_state says so (OPTFUSE_HUGE_PAGES=1, include/optfuse/optim.h). (A
+    # DTensor's local shard is made by torch's dispatch: only plain tensors have our pointer.)
     if (
         type(t) is torch.Tensor
         and t.device.type == "cpu"
-        and t.nbytes >= _HUGE_PAGE_MIN_BYTES
-        and _core.huge_pages_for_new_state()
+        and _core.huge_pages_for_new_state(t.nbytes)
     ):
         _core.advise_huge_pages(t.data_ptr(), t.nbytes)
     return t.fill_(value)
