@@ -103,39 +103,28 @@ TEST(Bf16, ConversionsMatchTheDefinitionBitForBit) {
 
 bool subnormal(uint32_t bits) { return (bits & 0x7fffffff) - 1 < 0x7fffff; }
 
-// On CPUs with AVX512-BF16 (src/lower/bf16.h) a vector without subnormal lanes narrows by
-// vcvtne2ps2bf16, one with any by the integer operations. The narrowed value is computed
-// (x + y, y = 0), as in the update kernels. Every edge value but the
-// subnormals fills whole vectors, so the instruction rounds ties, NaNs and overflow; each
-// subnormal edge value sits alone among normal values in one vector, so the other path runs. On
-// other CPUs both run the integer operations, and this checks them once more. The oracle is
-// bf16_nearest of the f32 sum computed here (x + 0 is x but for -0 and signaling NaNs, which
-// x86 turns into +0 and quiet NaNs in both).
-TEST(Bf16, NarrowingWithAndWithoutSubnormalLanes) {
+// param = bf16(x + y): the narrowed value is computed, as in the update kernels.
+Graph narrowing_graph() {
   Graph g("bf16_narrow");
   g.param("param", DType::BF16);
   g.output("param", cast(g.state("x") + g.state("y"), DType::BF16));
-  std::vector<uint32_t> normal, rare;
-  for (uint32_t b : edge_bits()) (subnormal(b) ? rare : normal).push_back(b);
-  ASSERT_FALSE(rare.empty());
-  std::vector<float> x;
-  for (int rep = 0; rep < 64; ++rep)
-    for (uint32_t b : normal) x.push_back(f32_of(b ^ (rep & 1 ? 0x80000000u : 0)));
-  while (x.size() % 32) x.push_back(1.0f);
-  for (uint32_t b : rare)
-    for (int lane = 0; lane < 32; ++lane) x.push_back(lane == 7 ? f32_of(b) : 0.5f + lane);
-  x.resize(x.size() + 5, 3.0f);  // and a ragged tail
+  return g;
+}
+
+// Runs `k` (narrowing_graph()) on `x` (y = 0) and checks each result against bf16_nearest of the
+// f32 sum computed here (x + 0 is x but for -0 and signaling NaNs, which x86 turns into +0 and
+// quiet NaNs in both); a NaN must stay a NaN, quiet, with its sign and its payload's high half.
+void expect_narrowed_as_defined(const Kernel& k, std::vector<float> x) {
   const int64_t n = static_cast<int64_t>(x.size());
   std::vector<float> y(x.size(), 0.0f);
   std::vector<uint16_t> param(x.size(), 0);
-  auto k = testing::shared_engine().kernel(g);
   const std::map<std::string, void*> buffers = {
       {"param", param.data()}, {"x", x.data()}, {"y", y.data()}};
   KernelCall call;
-  for (const auto& in : k->signature().inputs) call.inputs.push_back(buffers.at(in.name));
-  for (const auto& out : k->signature().outputs) call.outputs.push_back(buffers.at(out.replaces));
+  for (const auto& in : k.signature().inputs) call.inputs.push_back(buffers.at(in.name));
+  for (const auto& out : k.signature().outputs) call.outputs.push_back(buffers.at(out.replaces));
   call.n = n;
-  k->run(call);
+  k.run(call);
   int64_t bad = 0;
   for (int64_t i = 0; i < n && bad < 10; ++i) {
     volatile float sum = x[i];
@@ -148,6 +137,26 @@ TEST(Bf16, NarrowingWithAndWithoutSubnormalLanes) {
                     << ", want 0x" << want << std::dec << " (element " << i << ")";
     }
   }
+}
+
+// On CPUs with AVX512-BF16 (src/lower/bf16.h) a vector without subnormal lanes narrows by
+// vcvtne2ps2bf16, one with any by the integer operations. Every edge value but the subnormals
+// fills whole vectors, so the instruction rounds ties, NaNs and overflow; each subnormal edge
+// value sits alone among normal values in one vector, so the other path runs. On other CPUs
+// both run the integer operations, and this checks them once more.
+TEST(Bf16, NarrowingWithAndWithoutSubnormalLanes) {
+  const Graph g = narrowing_graph();
+  std::vector<uint32_t> normal, rare;
+  for (uint32_t b : edge_bits()) (subnormal(b) ? rare : normal).push_back(b);
+  ASSERT_FALSE(rare.empty());
+  std::vector<float> x;
+  for (int rep = 0; rep < 64; ++rep)
+    for (uint32_t b : normal) x.push_back(f32_of(b ^ (rep & 1 ? 0x80000000u : 0)));
+  while (x.size() % 32) x.push_back(1.0f);
+  for (uint32_t b : rare)
+    for (int lane = 0; lane < 32; ++lane) x.push_back(lane == 7 ? f32_of(b) : 0.5f + lane);
+  x.resize(x.size() + 5, 3.0f);  // and a ragged tail
+  expect_narrowed_as_defined(*testing::shared_engine().kernel(g), x);
   // Where this machine's kernels use the extension, the kernel just run has the instruction.
   const std::string host = jit::resolve_target("host");
   if (jit::cpu_extras_key(host).find("avx512bf16") == std::string::npos) return;
@@ -156,6 +165,37 @@ TEST(Bf16, NarrowingWithAndWithoutSubnormalLanes) {
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "vcvtne2ps2bf16"), 0u);
   EXPECT_GT(testing::occurrences(listing, "vfpclassps"), 0u);  // the subnormal test
+}
+
+// On x86 without AVX-512BW (src/lower/bf16.h) a vector tests for NaNs once (vcmpunordps of its
+// halves), and only a vector with a NaN takes the NaN lanes' path. Compiled for AVX2, which every
+// x86-64 machine these tests run on executes, so AVX-512 machines check it too: 16-lane vectors
+// of the edge values without NaNs, each NaN edge value alone in each lane of a vector, a vector
+// of NaNs only, and a ragged tail with one.
+TEST(Bf16, Avx2NarrowingTestsForNansOncePerVector) {
+  const std::string target = "x86-64-linux-avx-avx2-f16c-fma-sse41";
+  ASSERT_EQ(jit::resolve_schedule(Schedule(), target).vector_width, 16);
+  std::vector<uint32_t> numbers, nans;
+  for (uint32_t b : edge_bits()) (std::isnan(f32_of(b)) ? nans : numbers).push_back(b);
+  ASSERT_FALSE(nans.empty());
+  std::vector<float> x;
+  for (int rep = 0; rep < 16; ++rep)
+    for (uint32_t b : numbers) x.push_back(f32_of(b ^ (rep & 1 ? 0x80000000u : 0)));
+  x.resize((x.size() + 15) / 16 * 16, 1.0f);
+  for (uint32_t b : nans)
+    for (int lane = 0; lane < 16; ++lane)
+      for (int i = 0; i < 16; ++i)
+        x.push_back(i == lane ? f32_of(b) : f32_of(numbers[size_t(i * 7 + lane) % numbers.size()]));
+  for (int i = 0; i < 16; ++i) x.push_back(f32_of(nans[size_t(i) % nans.size()]));
+  for (int i = 0; i < 5; ++i) x.push_back(i == 3 ? f32_of(nans[0]) : 2.5f);  // the ragged tail
+  EngineOptions eo;
+  eo.target = target;
+  Engine avx2(eo);
+  expect_narrowed_as_defined(*avx2.kernel(narrowing_graph()), x);
+  const std::string listing = testing::disassemble(jit::compile_kernel_object(
+      canonicalize(narrowing_graph()), jit::resolve_schedule(Schedule(), target), target, "k"));
+  if (listing.empty()) GTEST_SKIP() << "no objdump";
+  EXPECT_GT(testing::occurrences(listing, "vcmpunordps"), 0u);
 }
 
 // The f32 arithmetic instructions of an object, FMA forms merged (vfmadd132/213/231ps differ

@@ -85,7 +85,7 @@ TEST(Cache, GoldenKey) {
   EngineOptions eo;
   eo.target = "x86-64-linux-avx2";
   Engine e(eo);
-  EXPECT_EQ(e.kernel_key(sgd("any")), "178484ab6557bea4ecfd8134a7141a6b");
+  EXPECT_EQ(e.kernel_key(sgd("any")), "5a3cafb115eafab28784e262a6be378c");
 }
 
 TEST(Cache, DefaultLocation) {

@@ -92,7 +92,9 @@ namespace engine_detail {
 // f32 -> f64 widenings in the element loop, so that they reach the FMA (lower/fma.h). 14: CPU
 // kernels without Halide's assertions and bounds queries (jit/halide_bridge.cpp, kernel_target);
 // a flat call that fits one task runs the streaming loop (lower/schedule.cpp), not one of its own.
-constexpr const char* kLoweringVersion = "lowering-14";
+// 15: the load stage's stack buffers forwarded to their readers (lower/load_stage.h); bf16
+// narrowing on x86 without AVX-512BW with one NaN test per vector (lower/bf16.h).
+constexpr const char* kLoweringVersion = "lowering-15";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

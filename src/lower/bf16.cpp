@@ -9,6 +9,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Transforms/Utils/BasicBlockUtils.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,8 @@ class Bf16Conversions : public IRMutator {
     if (value.type() != f32) value = Cast::make(f32, value);  // as Halide: other types via f32
     if (hardware_ && whole_groups_of_32(lanes))               // vcvtne2ps2bf16 (finish_bf16_pass)
       return reinterpret(to, Call::make(u16, kF32ToBf16, {value}, Call::PureExtern));
+    if (nan_branch_ && lanes >= 8)  // one NaN test per vector (finish_bf16_pass)
+      return reinterpret(to, Call::make(u16, kF32ToBf16NanBranch, {value}, Call::PureExtern));
     Expr bits = reinterpret(u32, value);
     Expr is_nan = (bits & 0x7fffffff) > 0x7f800000;
     if (lanes == 1 || !pack_high_halves_) {
@@ -70,15 +73,17 @@ class Bf16Conversions : public IRMutator {
   }
 
  public:
-  Bf16Conversions(bool pack_high_halves, bool hardware)
-      : pack_high_halves_(pack_high_halves), hardware_(hardware) {}
+  Bf16Conversions(bool pack_high_halves, bool hardware, bool nan_branch)
+      : pack_high_halves_(pack_high_halves), hardware_(hardware), nan_branch_(nan_branch) {}
 
  private:
-  bool pack_high_halves_, hardware_;
+  bool pack_high_halves_, hardware_, nan_branch_;
 };
 
-// The integer narrowing above, on an LLVM vector or scalar of f32: u16 bits.
-llvm::Value* narrow_bits(llvm::IRBuilder<>& b, llvm::Value* x) {
+// The integer narrowing above, on an LLVM vector or scalar of f32: u16 bits. `with_nans`: NaNs
+// become quiet NaNs; without, a NaN's bits are rounded like any others' (and may carry into an
+// infinity): for values known not to be NaNs.
+llvm::Value* narrow_bits(llvm::IRBuilder<>& b, llvm::Value* x, bool with_nans = true) {
   llvm::Type* i32 = b.getInt32Ty();
   auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
   auto as = [&](llvm::Type* elem) -> llvm::Type* {
@@ -87,23 +92,62 @@ llvm::Value* narrow_bits(llvm::IRBuilder<>& b, llvm::Value* x) {
   };
   auto k = [&](uint32_t v) { return llvm::ConstantInt::get(as(i32), v); };
   llvm::Value* bits = b.CreateBitCast(x, as(i32));
-  llvm::Value* is_nan = b.CreateICmpUGT(b.CreateAnd(bits, k(0x7fffffff)), k(0x7f800000));
   llvm::Value* high = b.CreateLShr(bits, k(16));
   llvm::Value* nearest_even =
       b.CreateLShr(b.CreateAdd(bits, b.CreateAdd(k(0x7fff), b.CreateAnd(high, k(1)))), k(16));
-  llvm::Value* quiet_nan = b.CreateOr(high, k(0x40));
-  return b.CreateTrunc(b.CreateSelect(is_nan, quiet_nan, nearest_even), as(b.getInt16Ty()));
+  if (with_nans) {
+    llvm::Value* is_nan = b.CreateICmpUGT(b.CreateAnd(bits, k(0x7fffffff)), k(0x7f800000));
+    nearest_even = b.CreateSelect(is_nan, b.CreateOr(high, k(0x40)), nearest_even);
+  }
+  return b.CreateTrunc(nearest_even, as(b.getInt16Ty()));
+}
+
+std::vector<int> lanes(unsigned first, unsigned count) {
+  std::vector<int> idx;
+  for (unsigned i = 0; i < count; ++i) idx.push_back(static_cast<int>(first + i));
+  return idx;
+}
+
+// `rare(slow)` if `condition`, else `usual(fast)`, at b's insertion point, which then moves to
+// where the two paths join; returns the value they give.
+llvm::Value* branch_rarely(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* condition,
+                           const std::function<llvm::Value*(llvm::IRBuilder<>&)>& rare,
+                           const std::function<llvm::Value*(llvm::IRBuilder<>&)>& usual) {
+  llvm::Instruction* slow_end = nullptr;
+  llvm::Instruction* fast_end = nullptr;
+  llvm::MDNode* rarely = llvm::MDBuilder(m.getContext()).createBranchWeights(1, 1 << 20);
+  llvm::SplitBlockAndInsertIfThenElse(condition, &*b.GetInsertPoint(), &slow_end, &fast_end,
+                                      rarely);
+  llvm::IRBuilder<> slow(slow_end), fast(fast_end);
+  llvm::Value* exact = rare(slow);
+  llvm::Value* quick = usual(fast);
+  b.SetInsertPoint(&*fast_end->getSuccessor(0)->getFirstInsertionPt());
+  llvm::PHINode* joined = b.CreatePHI(exact->getType(), 2);
+  joined->addIncoming(exact, slow_end->getParent());
+  joined->addIncoming(quick, fast_end->getParent());
+  return joined;
+}
+
+// The narrowing of an f32 vector with ONE test for NaNs: whether any lane is one (a compare of
+// the vector's halves with each other, "unordered", then their or), and only then the NaN
+// lanes' selects.
+llvm::Value* nan_branch_bits(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x) {
+  auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
+  if (!vt) return narrow_bits(b, x);
+  const unsigned n = vt->getNumElements();
+  llvm::Value* nan = n % 2 == 0 && n >= 16  // one vcmpunordps per two AVX2 vectors
+                         ? b.CreateFCmpUNO(b.CreateShuffleVector(x, lanes(0, n / 2)),
+                                           b.CreateShuffleVector(x, lanes(n / 2, n / 2)))
+                         : b.CreateFCmpUNO(x, x);
+  return branch_rarely(
+      b, m, b.CreateOrReduce(nan), [&](llvm::IRBuilder<>& slow) { return narrow_bits(slow, x); },
+      [&](llvm::IRBuilder<>& fast) { return narrow_bits(fast, x, false); });
 }
 
 // vcvtne2ps2bf16 of each 32 lanes of `x` (a multiple of 32 f32 lanes), concatenated.
 llvm::Value* hardware_bits(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x, unsigned n) {
   llvm::Function* cvt =
       llvm::Intrinsic::getDeclaration(&m, llvm::Intrinsic::x86_avx512bf16_cvtne2ps2bf16_512);
-  auto lanes = [&](unsigned first, unsigned count) {
-    std::vector<int> idx;
-    for (unsigned i = 0; i < count; ++i) idx.push_back(static_cast<int>(first + i));
-    return idx;
-  };
   std::vector<llvm::Value*> parts;
   for (unsigned first = 0; first < n; first += 32)  // the low 16 results from the 2nd operand
     parts.push_back(b.CreateCall(cvt, {b.CreateShuffleVector(x, lanes(first + 16, 16)),
@@ -127,9 +171,8 @@ llvm::Value* any_subnormal(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x
       llvm::Intrinsic::getDeclaration(&m, llvm::Intrinsic::x86_avx512_fpclass_ps_512);
   llvm::Value* any = nullptr;
   for (unsigned first = 0; first < n; first += 16) {
-    std::vector<int> idx;
-    for (unsigned i = 0; i < 16; ++i) idx.push_back(static_cast<int>(first + i));
-    llvm::Value* sub = b.CreateCall(fpclass, {b.CreateShuffleVector(x, idx), b.getInt32(0x20)});
+    llvm::Value* sub =
+        b.CreateCall(fpclass, {b.CreateShuffleVector(x, lanes(first, 16)), b.getInt32(0x20)});
     any = any ? b.CreateOr(any, sub) : sub;
   }
   return b.CreateOrReduce(any);
@@ -138,27 +181,20 @@ llvm::Value* any_subnormal(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x
 }  // namespace
 
 void finish_bf16_pass(llvm::Module& m) {
+  replace_unary_lane_calls(m, kF32ToBf16NanBranch, [&](llvm::IRBuilder<>& b, llvm::Value* x) {
+    return nan_branch_bits(b, m, x);
+  });
   bool changed = false;
   replace_unary_lane_calls(
       m, kF32ToBf16, [&](llvm::IRBuilder<>& b, llvm::Value* x) -> llvm::Value* {
         auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
         const unsigned n = vt ? vt->getNumElements() : 1;
         if (!whole_groups_of_32(n)) return narrow_bits(b, x);
-        llvm::Value* any = any_subnormal(b, m, x, n);  // then the integer path
-        llvm::Instruction* slow_end = nullptr;
-        llvm::Instruction* fast_end = nullptr;
-        llvm::MDNode* rarely = llvm::MDBuilder(m.getContext()).createBranchWeights(1, 1 << 20);
-        llvm::SplitBlockAndInsertIfThenElse(any, &*b.GetInsertPoint(), &slow_end, &fast_end,
-                                            rarely);
-        llvm::IRBuilder<> slow(slow_end), fast(fast_end);
-        llvm::Value* exact = narrow_bits(slow, x);
-        llvm::Value* hardware = hardware_bits(fast, m, x, n);
-        b.SetInsertPoint(&*fast_end->getSuccessor(0)->getFirstInsertionPt());
-        llvm::PHINode* bits = b.CreatePHI(exact->getType(), 2);
-        bits->addIncoming(exact, slow_end->getParent());
-        bits->addIncoming(hardware, fast_end->getParent());
         changed = true;
-        return bits;
+        return branch_rarely(  // a subnormal lane: the integer path
+            b, m, any_subnormal(b, m, x, n),
+            [&](llvm::IRBuilder<>& slow) { return narrow_bits(slow, x); },
+            [&](llvm::IRBuilder<>& fast) { return hardware_bits(fast, m, x, n); });
       });
   // The code generator takes its features from the module (Halide's "halide_mattrs" flag): the
   // extensions the fast path uses (vcvtne2ps2bf16; vfpclassps, which every CPU with the former
@@ -182,8 +218,9 @@ void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx51
   const bool avx512bw = target.has_feature(T::AVX512_Skylake) ||
                         target.has_feature(T::AVX512_Cannonlake) ||
                         target.has_feature(T::AVX512_SapphireRapids);
-  const bool pack = target.arch == T::X86 && !target.has_gpu_feature() && avx512bw;
-  p.add_custom_lowering_pass(new Bf16Conversions(pack, pack && avx512_bf16));
+  const bool x86_cpu = target.arch == T::X86 && !target.has_gpu_feature();
+  const bool pack = x86_cpu && avx512bw;
+  p.add_custom_lowering_pass(new Bf16Conversions(pack, pack && avx512_bf16, x86_cpu && !pack));
 }
 
 }  // namespace optfuse::lower

@@ -17,7 +17,11 @@
 // optim::to_bf16_bits does, and a shift left by 16 to widen. No float op is added or copied, so
 // a bf16 kernel's f32 ops, their flags and uses are those of the f32 kernel, on every target.
 // On x86 with AVX-512BW the same rounding is left in the high halves of the 32-bit lanes and
-// packed by one vpermt2w per 32 lanes (README.md, "Whole-vector FMA and square root").
+// packed by one vpermt2w per 32 lanes (README.md, "Whole-vector FMA and square root"). On other
+// x86 CPUs (AVX2) a vector's NaN lanes cost 4 of its 9 instructions per 8 lanes, so each vector
+// is tested for NaNs once (one vcmpunordps per two 8-lane halves) and only a vector with one
+// takes the NaN lanes' selects (README.md, "bf16 narrowing on AVX2"): a call of
+// kF32ToBf16NanBranch, made into the test and both paths by finish_bf16_pass as below.
 //
 // On CPUs with AVX512-BF16 (lower.h, CpuExtras) a vector of a multiple of 32 lanes narrows by
 // one vcvtne2ps2bf16 per 32 lanes instead: the same rounding (nearest even, NaNs quiet with the
@@ -36,13 +40,15 @@ class Module;
 namespace optfuse::lower {
 
 constexpr const char* kF32ToBf16 = "optfuse_f32_to_bf16_bits";  // uint16_t(float), as above
+constexpr const char* kF32ToBf16NanBranch = "optfuse_f32_to_bf16_bits_nan_branch";  // the same
 
 // Adds the pass to `p` for every target: on CUDA it is also what lets bf16 stores compile (LLVM
 // 14's NVPTX backend cannot select an f32 -> bf16 fp_round). `avx512_bf16`: x86 CPU targets
 // with AVX-512BW narrow with vcvtne2ps2bf16.
 void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx512_bf16);
 
-// The pass's LLVM half (the kF32ToBf16 calls; a module without them is left as it is).
+// The pass's LLVM half (the kF32ToBf16 and kF32ToBf16NanBranch calls; a module without them is
+// left as it is).
 void finish_bf16_pass(llvm::Module& m);
 
 }  // namespace optfuse::lower

@@ -1,0 +1,27 @@
+#pragma once
+// The `load` stage's stack buffers, forwarded to their readers (internal; LLVM only).
+//
+// Why: `load` (lower.h) is computed per vector into small stack buffers, so that every input of
+// a vector is read before any output of it is stored. Halide keeps those buffers for the whole
+// function, and the tail vector's code writes them with a masked store and reads them back
+// whole, so LLVM must keep each buffer's last contents: its loop optimizations move the main
+// loop's stores to the loop's exit, and the loaded vectors then stay live through every
+// iteration. On AVX2 (16 vector registers) the unmastered bf16 AdamW loop spilled each of them
+// to the stack every iteration and reloaded them from memory: 7 of its 170 instructions per 16
+// elements, and registers that its arithmetic then spilled too (src/lower/README.md,
+// "The load stage's buffers").
+//
+// How: a read of such a buffer takes the value of the write before it in its block (the masked
+// store's lanes, zero elsewhere: lanes past the tensor's end, whose outputs are never stored),
+// and a buffer no longer read is removed with its writes. Buffers read otherwise (or used by
+// anything but loads, stores and masked stores) are left as they are.
+namespace llvm {
+class Module;
+}
+
+namespace optfuse::lower {
+
+// src/jit/kernel_object.cpp runs it on the module Halide makes, before code generation.
+void finish_load_stage_pass(llvm::Module& m);
+
+}  // namespace optfuse::lower
