@@ -118,6 +118,62 @@ TEST(LoadStage, BufferWithoutReadsGoesWithItsWrites) {
   EXPECT_FALSE(has_buffer(*p.module, "load.08")) << text(*p.module);
 }
 
+// Halide reads an f32 buffer of 16 lanes as two 8-lane halves (a bitcast, and a GEP to its
+// middle): each half is a slot of its own, forwarded from its own write.
+TEST(LoadStage, HalvesOfABufferAreForwardedEach) {
+  const std::string ir = std::string(R"(
+declare void @llvm.masked.store.v8f32.p0v8f32(<8 x float>, <8 x float>*, i32, <8 x i1>)
+
+define <8 x float> @k(<8 x float> %a, <8 x float> %b, <8 x i1> %mask) {
+entry:
+  %load.35 = alloca [16 x float], align 32
+  %low = bitcast [16 x float]* %load.35 to <8 x float>*
+  %mid = getelementptr inbounds [16 x float], [16 x float]* %load.35, i64 0, i64 8
+  %high = bitcast float* %mid to <8 x float>*
+  store <8 x float> %a, <8 x float>* %low, align 32
+  call void @llvm.masked.store.v8f32.p0v8f32(<8 x float> %b, <8 x float>* %high, i32 32, <8 x i1> %mask)
+  %x = load <8 x float>, <8 x float>* %low, align 32
+  %y = load <8 x float>, <8 x float>* %high, align 32
+  %sum = fadd <8 x float> %x, %y
+  ret <8 x float> %sum
+}
+)");
+  Parsed p = parse(ir);
+  ASSERT_TRUE(p.module);
+  lower::finish_load_stage_pass(*p.module);
+  EXPECT_FALSE(llvm::verifyModule(*p.module, &llvm::errs()));
+  const std::string after = text(*p.module);
+  EXPECT_FALSE(has_buffer(*p.module, "load.35")) << after;
+  EXPECT_NE(after.find("select <8 x i1> %mask, <8 x float> %b, <8 x float> zeroinitializer"),
+            std::string::npos)
+      << after;
+  EXPECT_NE(after.find("fadd <8 x float> %a, %"), std::string::npos) << after;
+}
+
+// A read that overlaps two writes (here all 16 lanes of a buffer written as halves) is not a
+// slot's value: the buffer stays.
+TEST(LoadStage, ReadAcrossSlotsKeepsTheBuffer) {
+  const std::string ir = R"(
+define <16 x float> @k(<8 x float> %a, <8 x float> %b) {
+entry:
+  %load.35 = alloca [16 x float], align 32
+  %low = bitcast [16 x float]* %load.35 to <8 x float>*
+  %mid = getelementptr inbounds [16 x float], [16 x float]* %load.35, i64 0, i64 8
+  %high = bitcast float* %mid to <8 x float>*
+  %whole = bitcast [16 x float]* %load.35 to <16 x float>*
+  store <8 x float> %a, <8 x float>* %low, align 32
+  store <8 x float> %b, <8 x float>* %high, align 32
+  %x = load <16 x float>, <16 x float>* %whole, align 32
+  ret <16 x float> %x
+}
+)";
+  Parsed p = parse(ir);
+  ASSERT_TRUE(p.module);
+  const std::string before = text(*p.module);
+  lower::finish_load_stage_pass(*p.module);
+  EXPECT_EQ(text(*p.module), before);
+}
+
 // A read with no write before it in its block sees whatever an earlier block left: the buffer
 // and all its writes stay.
 TEST(LoadStage, ReadWithoutWriteInItsBlockKeepsTheBuffer) {

@@ -11,10 +11,13 @@
 // elements, and registers that its arithmetic then spilled too (src/lower/README.md,
 // "The load stage's buffers").
 //
-// How: a read of such a buffer takes the value of the write before it in its block (the masked
-// store's lanes, zero elsewhere: lanes past the tensor's end, whose outputs are never stored),
-// and a buffer no longer read is removed with its writes. Buffers read otherwise (or used by
-// anything but loads, stores and masked stores) are left as they are.
+// How: a buffer is a set of slots, each read and written whole (Halide reads a 16-lane f32 buffer
+// as two 8-lane halves); a read of a slot takes the value of that slot's write before it in its
+// block (a masked store's lanes, zero elsewhere: lanes past the tensor's end, whose outputs are
+// never stored), and the buffer is then removed with its writes. A buffer with a read that has no
+// such write, with accesses that overlap without covering the same bytes, or with any use but
+// loads, stores, masked stores and constant-offset casts of its address, is left as it is. Run
+// before passes that split blocks (src/jit/kernel_object.cpp).
 namespace llvm {
 class Module;
 }
