@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes examples/specs/{resnet50,gpt2-small}.json: the parameter layouts of torchvision's
-resnet50 and Hugging Face's gpt2 (names, shapes as torch reports them), with the optimizer set-ups
-usually trained with them. Run from the repository root."""
+"""Writes examples/specs/{resnet50,gpt2-small,gpt2-small-bf16}.json: the parameter layouts of
+torchvision's resnet50 and Hugging Face's gpt2 (names, shapes as torch reports them), with the
+optimizer set-ups usually trained with them (gpt2 also in bf16 without master weights). Run from
+the repository root."""
 
 import json
 
@@ -78,7 +79,21 @@ def gpt2_small():
     }
 
 
-for name, spec in [("resnet50", resnet50()), ("gpt2-small", gpt2_small())]:
+def gpt2_small_bf16():
+    """GPT-2 small trained in bf16 with torch's own semantics: no master copy, bf16 state."""
+    spec = gpt2_small()
+    spec["model"] = "gpt2-small-bf16"
+    spec["optimizer"]["master_weights"] = False
+    for x in spec["parameters"]:
+        x["dtype"] = "bfloat16"
+    return spec
+
+
+for name, spec in [
+    ("resnet50", resnet50()),
+    ("gpt2-small", gpt2_small()),
+    ("gpt2-small-bf16", gpt2_small_bf16()),
+]:
     with open(f"examples/specs/{name}.json", "w") as f:
         f.write("{\n")
         keys = list(spec)

@@ -204,11 +204,9 @@ std::vector<ScheduleDimension> schedule_space(const std::string& resolved_target
 }
 
 int64_t last_level_cache_bytes() {
-#ifdef _SC_LEVEL3_CACHE_SIZE
-  long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (l3 > 0) return l3;
-#endif
-  // sysfs: the highest cache index of cpu0, e.g. "260096K".
+  // sysfs first: the highest cache index of cpu0, e.g. "8192K", is the cache this core shares.
+  // glibc's sysconf reads CPUID, which on AMD EPYC gives the whole package's L3 (64 MiB on a Zen 1
+  // VM whose cores each see an 8 MiB one), so tensors past what a core can hold counted as cache.
   for (int i = 4; i >= 0; --i) {
     std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
     std::string text;
@@ -220,6 +218,10 @@ int64_t last_level_cache_bytes() {
       if (v > 0) return v;
     }
   }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 > 0) return l3;
+#endif
   return int64_t(32) << 20;
 }
 
@@ -238,11 +240,22 @@ TuneReport tune(const std::vector<Graph>& graphs, const TuneOptions& o) {
                 ": searching GPU schedules needs buffers on a "
                 "CUDA device, which the tuner does not allocate yet (`optfuse tune --list` shows "
                 "the GPU space: gpu_block x elements per thread)");
-  // One search per structure: graphs that canonicalize to the same hash share a kernel.
+  // One search per structure: graphs that canonicalize to the same hash share a kernel. A graph
+  // with an opaque op (Muon's Newton-Schulz step between its kernels) is not searched: its call
+  // needs the op's implementation and a matrix, and the tuner runs flat buffers through one
+  // engine; its kernels keep the default schedules.
   std::vector<const Graph*> unique;
   std::set<std::string> hashes;
-  for (const Graph& g : graphs)
-    if (hashes.insert(structural_hash(canonicalize(g)).hex()).second) unique.push_back(&g);
+  for (const Graph& g : graphs) {
+    const Graph c = canonicalize(g);
+    const auto& nodes = c.nodes();
+    if (std::any_of(nodes.begin(), nodes.end(),
+                    [](const Node& n) { return op_has(n.op, kOpaque); })) {
+      if (o.progress) o.progress(g.name() + ": skipped: an opaque op runs between its kernels");
+      continue;
+    }
+    if (hashes.insert(structural_hash(c).hex()).second) unique.push_back(&g);
+  }
   std::vector<ScheduleDimension> space = schedule_space(report.target);
   const double items = static_cast<double>(unique.size() * o.sizes.size());
   for (int64_t n : o.sizes) {
