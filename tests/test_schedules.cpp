@@ -453,21 +453,6 @@ TEST(Tune, NothingBelowMinGainIsKept) {
   EXPECT_DOUBLE_EQ(r.best[0].ratio, 1.03);
 }
 
-// "cache" in a tuned entry means what one core can keep: the last-level cache its cpu0 sysfs
-// entry names (on an AMD EPYC VM whose cores each see 8 MiB of L3, glibc's sysconf said 64 MiB,
-// the whole package's, and 16 MB tensors were tuned as cache-resident). Skips where the kernel
-// exposes no cache sizes.
-TEST(Tune, LastLevelCacheIsTheOneThisCoreShares) {
-  std::string highest;
-  for (int i = 0; i <= 4; ++i) {
-    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
-    if (std::string text; in >> text && !text.empty()) highest = text;
-  }
-  if (highest.empty()) GTEST_SKIP() << "no cache sizes in sysfs";
-  ASSERT_EQ(highest.back(), 'K') << highest;  // how Linux writes every cache size
-  EXPECT_EQ(last_level_cache_bytes(), std::stoll(highest) * 1024) << highest;
-}
-
 // `optfuse tune --all` stopped at Muon: its graph calls the Newton-Schulz step between kernels,
 // which the tuner's engine has no implementation of. Such a graph is skipped, said so, and the
 // others are tuned.

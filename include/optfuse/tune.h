@@ -79,8 +79,8 @@ struct TuneReport {
 // Throws Error for GPU targets (no device search yet) and for graphs that cannot be compiled.
 TuneReport tune(const std::vector<Graph>& graphs, const TuneOptions& options);
 
-// Bytes the last-level cache this core shares holds (sysfs, else sysconf; 32 MiB if unknown):
-// what "cache" means in TunedSchedule::size_class.
+// Bytes the last-level cache holds (sysconf / sysfs; 32 MiB if unknown): what "cache" means in
+// TunedSchedule::size_class.
 int64_t last_level_cache_bytes();
 
 }  // namespace optfuse

@@ -204,9 +204,15 @@ std::vector<ScheduleDimension> schedule_space(const std::string& resolved_target
 }
 
 int64_t last_level_cache_bytes() {
-  // sysfs first: the highest cache index of cpu0, e.g. "8192K", is the cache this core shares.
-  // glibc's sysconf reads CPUID, which on AMD EPYC gives the whole package's L3 (64 MiB on a Zen 1
-  // VM whose cores each see an 8 MiB one), so tensors past what a core can hold counted as cache.
+  // sysconf (CPUID) first. On AMD EPYC it is the package's L3, more than the one a core's sysfs
+  // entry names; but on a Zen 1 VM whose sysfs said 8 MiB, 12 MB calls still ran at 100+ GB/s in
+  // the tuner's loop (cache-resident), and searching prefetches there turned them off, which
+  // costs real steps, whose tensors come from memory (ScheduleDimension::past_cache_only).
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 > 0) return l3;
+#endif
+  // sysfs: the highest cache index of cpu0, e.g. "260096K".
   for (int i = 4; i >= 0; --i) {
     std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
     std::string text;
@@ -218,10 +224,6 @@ int64_t last_level_cache_bytes() {
       if (v > 0) return v;
     }
   }
-#ifdef _SC_LEVEL3_CACHE_SIZE
-  long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (l3 > 0) return l3;
-#endif
   return int64_t(32) << 20;
 }
 
