@@ -89,6 +89,15 @@ bool has_buffer(const llvm::Module& m, const std::string& name) {
   return false;
 }
 
+// The pass changes nothing in `ir`.
+void expect_left_as_it_is(const std::string& ir) {
+  Parsed p = parse(ir);
+  ASSERT_TRUE(p.module);
+  const std::string before = text(*p.module);
+  lower::finish_load_stage_pass(*p.module);
+  EXPECT_EQ(text(*p.module), before);
+}
+
 TEST(LoadStage, TailReadTakesTheMaskedLanesAndZerosAndTheBufferGoes) {
   for (const std::string buffer : {"load.08", "load$2.17"}) {
     Parsed p = parse(kernel(buffer, "%r = load <4 x i32>, <4 x i32>* %" + buffer + R"(
@@ -167,11 +176,7 @@ entry:
   ret <16 x float> %x
 }
 )";
-  Parsed p = parse(ir);
-  ASSERT_TRUE(p.module);
-  const std::string before = text(*p.module);
-  lower::finish_load_stage_pass(*p.module);
-  EXPECT_EQ(text(*p.module), before);
+  expect_left_as_it_is(ir);
 }
 
 // A read with no write before it in its block sees whatever an earlier block left: the buffer
@@ -183,22 +188,14 @@ TEST(LoadStage, ReadWithoutWriteInItsBlockKeepsTheBuffer) {
              loop_load +
                  "  %stale = load <4 x i32>, <4 x i32>* %load.08\n"
                  "  store <4 x i32> %stale, <4 x i32>* %src\n");
-  Parsed p = parse(ir);
-  ASSERT_TRUE(p.module);
-  const std::string before = text(*p.module);
-  lower::finish_load_stage_pass(*p.module);
-  EXPECT_EQ(text(*p.module), before);
+  expect_left_as_it_is(ir);
 }
 
 // A buffer with any other use (here its address passed on) is left as it is.
 TEST(LoadStage, BufferWithOtherUsesIsLeftAlone) {
   std::string ir = kernel("load.08", "");
   ir.replace(ir.find("  ret void"), 0, "  %escaped = ptrtoint <4 x i32>* %load.08 to i64\n");
-  Parsed p = parse(ir);
-  ASSERT_TRUE(p.module);
-  const std::string before = text(*p.module);
-  lower::finish_load_stage_pass(*p.module);
-  EXPECT_EQ(text(*p.module), before);
+  expect_left_as_it_is(ir);
 }
 
 }  // namespace
