@@ -158,7 +158,9 @@ void add_tune_command(CLI::App& app) {
                   "an optimizer name (adamw, sgd, ...) or a JSON config such as "
                   "'{\"type\":\"sgd\",\"momentum\":0.9}' (repeatable)")
       ->check(optimizer_config());
-  cmd->add_flag("--all", o->all, "every library optimizer with its default options");
+  cmd->add_flag("--all", o->all,
+                "every library optimizer with its default options (not Muon: its Newton-Schulz "
+                "step runs between kernels)");
   cmd->add_option("--target", o->target, "Halide target (CPU targets only are searched)")
       ->check(target_list())
       ->capture_default_str();

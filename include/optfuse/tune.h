@@ -76,7 +76,9 @@ struct TuneReport {
 };
 
 // Tunes every graph (duplicates by structure are tuned once) at every size within the budget.
-// Throws Error for GPU targets (no device search yet) and for graphs that cannot be compiled.
+// Graphs with an opaque op (Muon's) are skipped, and `progress` says so: their kernels keep the
+// default schedules. Throws Error for GPU targets (no device search yet) and for graphs that
+// cannot be compiled.
 TuneReport tune(const std::vector<Graph>& graphs, const TuneOptions& options);
 
 // Bytes the last-level cache holds (sysconf / sysfs; 32 MiB if unknown): what "cache" means in

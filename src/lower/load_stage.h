@@ -7,7 +7,7 @@
 // whole, so LLVM must keep each buffer's last contents: its loop optimizations move the main
 // loop's stores to the loop's exit, and the loaded vectors then stay live through every
 // iteration. On AVX2 (16 vector registers) the unmastered bf16 AdamW loop spilled each of them
-// to the stack every iteration and reloaded them from memory: 7 of its 170 instructions per 16
+// to the stack every iteration and reloaded them from memory: 7 of its 169 instructions per 16
 // elements, and registers that its arithmetic then spilled too (src/lower/README.md,
 // "The load stage's buffers").
 //
