@@ -28,6 +28,15 @@ bool whole_groups_of_32(unsigned lanes) {
   return lanes % 32 == 0 && ((lanes / 32) & (lanes / 32 - 1)) == 0;
 }
 
+// How a vector is narrowed (finish_bf16_pass builds the two call forms; every mode narrows
+// scalars and vectors the mode does not take with the plain integer operations):
+enum class Narrowing {
+  Integer,       // the integer operations, lane by lane (CUDA, other architectures)
+  NanBranch,     // x86 without AVX-512BW: vectors of 8 lanes or more test for NaNs once
+  PackedHalves,  // x86 with AVX-512BW: rounded in the high halves, packed by one vpermt2w
+  Hardware,      // and AVX512-BF16: vcvtne2ps2bf16 for whole groups of 32 lanes, else packed
+};
+
 class Bf16Conversions : public IRMutator {
   using IRMutator::visit;
 
@@ -50,13 +59,13 @@ class Bf16Conversions : public IRMutator {
       if (!to_bf16) return to == f32 ? value : Cast::make(to, value);
     }
     if (value.type() != f32) value = Cast::make(f32, value);  // as Halide: other types via f32
-    if (hardware_ && whole_groups_of_32(lanes))               // vcvtne2ps2bf16 (finish_bf16_pass)
+    if (mode_ == Narrowing::Hardware && whole_groups_of_32(lanes))  // vcvtne2ps2bf16
       return reinterpret(to, Call::make(u16, kF32ToBf16, {value}, Call::PureExtern));
-    if (nan_branch_ && lanes >= 8)  // one NaN test per vector (finish_bf16_pass)
+    if (mode_ == Narrowing::NanBranch && lanes >= 8)  // one NaN test per vector
       return reinterpret(to, Call::make(u16, kF32ToBf16NanBranch, {value}, Call::PureExtern));
     Expr bits = reinterpret(u32, value);
     Expr is_nan = (bits & 0x7fffffff) > 0x7f800000;
-    if (lanes == 1 || !pack_high_halves_) {
+    if (lanes == 1 || mode_ == Narrowing::Integer || mode_ == Narrowing::NanBranch) {
       Expr nearest_even = (bits + (0x7fff + ((bits >> 16) & 1))) >> 16;
       Expr quiet_nan = (bits >> 16) | 0x40;  // a NaN plus the carry could become an infinity
       return reinterpret(to, cast(u16, select(is_nan, quiet_nan, nearest_even)));
@@ -73,11 +82,10 @@ class Bf16Conversions : public IRMutator {
   }
 
  public:
-  Bf16Conversions(bool pack_high_halves, bool hardware, bool nan_branch)
-      : pack_high_halves_(pack_high_halves), hardware_(hardware), nan_branch_(nan_branch) {}
+  explicit Bf16Conversions(Narrowing mode) : mode_(mode) {}
 
  private:
-  bool pack_high_halves_, hardware_, nan_branch_;
+  Narrowing mode_;
 };
 
 // The integer narrowing above, on an LLVM vector or scalar of f32: u16 bits. `with_nans`: NaNs
@@ -219,8 +227,11 @@ void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx51
                         target.has_feature(T::AVX512_Cannonlake) ||
                         target.has_feature(T::AVX512_SapphireRapids);
   const bool x86_cpu = target.arch == T::X86 && !target.has_gpu_feature();
-  const bool pack = x86_cpu && avx512bw;
-  p.add_custom_lowering_pass(new Bf16Conversions(pack, pack && avx512_bf16, x86_cpu && !pack));
+  const Narrowing mode = !x86_cpu      ? Narrowing::Integer
+                         : !avx512bw   ? Narrowing::NanBranch
+                         : avx512_bf16 ? Narrowing::Hardware
+                                       : Narrowing::PackedHalves;
+  p.add_custom_lowering_pass(new Bf16Conversions(mode));
 }
 
 }  // namespace optfuse::lower
