@@ -93,8 +93,9 @@ namespace engine_detail {
 // kernels without Halide's assertions and bounds queries (jit/halide_bridge.cpp, kernel_target);
 // a flat call that fits one task runs the streaming loop (lower/schedule.cpp), not one of its own.
 // 15: the load stage's stack buffers forwarded to their readers (lower/load_stage.h); bf16
-// narrowing on x86 without AVX-512BW with one NaN test per vector (lower/bf16.h).
-constexpr const char* kLoweringVersion = "lowering-15";
+// narrowing on x86 without AVX-512BW with one NaN test per vector (lower/bf16.h). 16: all-bf16
+// loops on x86 without AVX-512BW in even/odd lane order (lower/even_odd.h).
+constexpr const char* kLoweringVersion = "lowering-16";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "lower/even_odd.h"
 #include "lower/float_widening.h"
 #include "lower/unary_lanes.h"
 
@@ -88,26 +89,30 @@ class Bf16Conversions : public IRMutator {
   Narrowing mode_;
 };
 
-// The integer narrowing above, on an LLVM vector or scalar of f32: u16 bits. `with_nans`: NaNs
-// become quiet NaNs; without, a NaN's bits are rounded like any others' (and may carry into an
-// infinity): for values known not to be NaNs.
-llvm::Value* narrow_bits(llvm::IRBuilder<>& b, llvm::Value* x, bool with_nans = true) {
+// The integer narrowing above, on an LLVM vector or scalar of f32, with the bf16 left in the
+// high halves of i32 lanes: `bits` + 0x7fff + the lowest kept bit; a NaN's bits | 0x400000 (its
+// quiet NaN; the carry could make it an infinity). `with_nans` false: for values known not to be
+// NaNs, whose bits are rounded like any others'.
+llvm::Value* rounded_bits(llvm::IRBuilder<>& b, llvm::Value* x, bool with_nans) {
   llvm::Type* i32 = b.getInt32Ty();
   auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
-  auto as = [&](llvm::Type* elem) -> llvm::Type* {
-    return vt ? static_cast<llvm::Type*>(llvm::FixedVectorType::get(elem, vt->getNumElements()))
-              : elem;
-  };
-  auto k = [&](uint32_t v) { return llvm::ConstantInt::get(as(i32), v); };
-  llvm::Value* bits = b.CreateBitCast(x, as(i32));
-  llvm::Value* high = b.CreateLShr(bits, k(16));
-  llvm::Value* nearest_even =
-      b.CreateLShr(b.CreateAdd(bits, b.CreateAdd(k(0x7fff), b.CreateAnd(high, k(1)))), k(16));
-  if (with_nans) {
-    llvm::Value* is_nan = b.CreateICmpUGT(b.CreateAnd(bits, k(0x7fffffff)), k(0x7f800000));
-    nearest_even = b.CreateSelect(is_nan, b.CreateOr(high, k(0x40)), nearest_even);
-  }
-  return b.CreateTrunc(nearest_even, as(b.getInt16Ty()));
+  llvm::Type* t = vt ? llvm::FixedVectorType::get(i32, vt->getNumElements()) : i32;
+  auto k = [&](uint32_t v) { return llvm::ConstantInt::get(t, v); };
+  llvm::Value* bits = b.CreateBitCast(x, t);
+  llvm::Value* lowest_kept = b.CreateAnd(b.CreateLShr(bits, k(16)), k(1));
+  llvm::Value* rounded = b.CreateAdd(bits, b.CreateAdd(k(0x7fff), lowest_kept));
+  if (!with_nans) return rounded;
+  llvm::Value* is_nan = b.CreateICmpUGT(b.CreateAnd(bits, k(0x7fffffff)), k(0x7f800000));
+  return b.CreateSelect(is_nan, b.CreateOr(bits, k(0x400000)), rounded);
+}
+
+// The same as u16 bits.
+llvm::Value* narrow_bits(llvm::IRBuilder<>& b, llvm::Value* x, bool with_nans = true) {
+  llvm::Value* rounded = rounded_bits(b, x, with_nans);
+  llvm::Type* i16 = b.getInt16Ty();
+  auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
+  return b.CreateTrunc(b.CreateLShr(rounded, llvm::ConstantInt::get(rounded->getType(), 16)),
+                       vt ? llvm::FixedVectorType::get(i16, vt->getNumElements()) : i16);
 }
 
 std::vector<int> lanes(unsigned first, unsigned count) {
@@ -138,18 +143,19 @@ llvm::Value* branch_rarely(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* c
 
 // The narrowing of an f32 vector with ONE test for NaNs: whether any lane is one (a compare of
 // the vector's halves with each other, "unordered", then their or), and only then the NaN
-// lanes' selects.
-llvm::Value* nan_branch_bits(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x) {
+// lanes' selects. `narrow`: narrow_bits or rounded_bits.
+llvm::Value* nan_branch(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x,
+                        llvm::Value* (*narrow)(llvm::IRBuilder<>&, llvm::Value*, bool)) {
   auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
-  if (!vt) return narrow_bits(b, x);
+  if (!vt) return narrow(b, x, true);
   const unsigned n = vt->getNumElements();
   llvm::Value* nan = n % 2 == 0 && n >= 16  // one vcmpunordps per two AVX2 vectors
                          ? b.CreateFCmpUNO(b.CreateShuffleVector(x, lanes(0, n / 2)),
                                            b.CreateShuffleVector(x, lanes(n / 2, n / 2)))
                          : b.CreateFCmpUNO(x, x);
   return branch_rarely(
-      b, m, b.CreateOrReduce(nan), [&](llvm::IRBuilder<>& slow) { return narrow_bits(slow, x); },
-      [&](llvm::IRBuilder<>& fast) { return narrow_bits(fast, x, false); });
+      b, m, b.CreateOrReduce(nan), [&](llvm::IRBuilder<>& slow) { return narrow(slow, x, true); },
+      [&](llvm::IRBuilder<>& fast) { return narrow(fast, x, false); });
 }
 
 // vcvtne2ps2bf16 of each 32 lanes of `x` (a multiple of 32 f32 lanes), concatenated.
@@ -190,8 +196,11 @@ llvm::Value* any_subnormal(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x
 
 void finish_bf16_pass(llvm::Module& m) {
   replace_unary_lane_calls(m, kF32ToBf16NanBranch, [&](llvm::IRBuilder<>& b, llvm::Value* x) {
-    return nan_branch_bits(b, m, x);
+    return nan_branch(b, m, x, narrow_bits);
   });
+  replace_unary_lane_calls(
+      m, kF32ToBf16RoundedNanBranch,
+      [&](llvm::IRBuilder<>& b, llvm::Value* x) { return nan_branch(b, m, x, rounded_bits); });
   bool changed = false;
   replace_unary_lane_calls(
       m, kF32ToBf16, [&](llvm::IRBuilder<>& b, llvm::Value* x) -> llvm::Value* {
@@ -231,6 +240,9 @@ void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx51
                          : !avx512bw   ? Narrowing::NanBranch
                          : avx512_bf16 ? Narrowing::Hardware
                                        : Narrowing::PackedHalves;
+  // On AVX2, all-bf16 loops first run in even/odd lane order (even_odd.h): it takes most of the
+  // shifts and packs above out of them.
+  if (mode == Narrowing::NanBranch) p.add_custom_lowering_pass(new EvenOddLanes);
   p.add_custom_lowering_pass(new Bf16Conversions(mode));
 }
 

@@ -41,14 +41,17 @@ namespace optfuse::lower {
 
 constexpr const char* kF32ToBf16 = "optfuse_f32_to_bf16_bits";  // uint16_t(float), as above
 constexpr const char* kF32ToBf16NanBranch = "optfuse_f32_to_bf16_bits_nan_branch";  // the same
+// uint32_t(float): the same rounding left in the high half, the low half what the rounding add
+// left there (even_odd.h); a NaN's high half is its quiet NaN.
+constexpr const char* kF32ToBf16RoundedNanBranch = "optfuse_f32_to_bf16_rounded_nan_branch";
 
 // Adds the pass to `p` for every target: on CUDA it is also what lets bf16 stores compile (LLVM
 // 14's NVPTX backend cannot select an f32 -> bf16 fp_round). `avx512_bf16`: x86 CPU targets
 // with AVX-512BW narrow with vcvtne2ps2bf16.
 void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx512_bf16);
 
-// The pass's LLVM half (the kF32ToBf16 and kF32ToBf16NanBranch calls; a module without them is
-// left as it is).
+// The pass's LLVM half (the kF32ToBf16, kF32ToBf16NanBranch and kF32ToBf16RoundedNanBranch
+// calls; a module without them is left as it is).
 void finish_bf16_pass(llvm::Module& m);
 
 }  // namespace optfuse::lower
