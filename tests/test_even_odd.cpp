@@ -101,6 +101,23 @@ TEST(EvenOdd, VectorVariablesCarryTheirOrder) {
   EXPECT_TRUE(rewritten(lower::even_odd_lanes(uniform)));
 }
 
+TEST(EvenOdd, AGatherAtWidenedValuesIsInTheirOrder) {
+  // table[int(widened p)]: the indices are in even/odd order, so the loaded values are too and
+  // their store must put the halves back (left in memory order, the rewritten widening inside
+  // the index would store them permuted).
+  const Expr at = Cast::make(Halide::Int(32, 16), widened("p"));
+  const Expr gathered = Load::make(Halide::Float(32, 16), "table", at, Halide::Buffer<>(),
+                                   Parameter(), const_true(16), ModulusRemainder());
+  EXPECT_TRUE(rewritten(lower::even_odd_lanes(loop(narrowed_store("p", gathered)))));
+  // A gather at indices in memory order is in memory order.
+  const Expr at_memory = Cast::make(Halide::Int(32, 16), load(Halide::Float(32, 16), "f"));
+  const Expr gathered_memory =
+      Load::make(Halide::Float(32, 16), "table", at_memory, Halide::Buffer<>(), Parameter(),
+                 const_true(16), ModulusRemainder());
+  EXPECT_FALSE(
+      rewritten(lower::even_odd_lanes(loop(narrowed_store("p", widened("p") + gathered_memory)))));
+}
+
 TEST(EvenOdd, LoopsWithValuesInMemoryOrderAreLeftAsTheyAre) {
   const std::map<std::string, Stmt> left = {
       {"an f32 vector read from memory",
@@ -114,6 +131,10 @@ TEST(EvenOdd, LoopsWithValuesInMemoryOrderAreLeftAsTheyAre) {
       {"4 lanes", narrowed_store("p", widened("p", 4) * two(4))},
       {"a reduction across lanes",
        store("sum", VectorReduce::make(VectorReduce::Add, widened("p"), 1))},
+      {"a dynamic shuffle (lane 3 of each vector)",
+       narrowed_store(
+           "p", Call::make(Halide::Float(32, 16), Call::dynamic_shuffle,
+                           {widened("p"), Broadcast::make(3, 16), 0, 15}, Call::PureIntrinsic))},
   };
   for (const auto& [why, body] : left) {
     const Stmt s = loop(Block::make(narrowed_store("m", widened("m") * two()), body));

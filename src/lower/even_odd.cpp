@@ -49,8 +49,12 @@ class OrderOf : public IRVisitor {
     return sub.result;
   }
 
+  // A vector load is in the order of its addresses: memory order for dense and uniform ones,
+  // even/odd for a gather at indices computed from widened values.
   void visit(const Load* op) override {
-    if (op->type.lanes() > 1) add(Order::Memory);  // its index and predicate are addresses
+    if (op->type.lanes() == 1) return;
+    const Order at = join(of(op->index), of(op->predicate));
+    add(at == Order::Uniform ? Order::Memory : at);
   }
   void visit(const Ramp*) override { add(Order::Memory); }
   void visit(const Broadcast* op) override {  // a scalar in every lane; a vector repeated is not
@@ -79,9 +83,12 @@ class OrderOf : public IRVisitor {
     bool vector_args = op->type.lanes() > 1;
     for (const Expr& a : op->args) vector_args = vector_args || a.type().lanes() > 1;
     if (!vector_args) return;
-    // A reinterpret that changes the lane count moves bits across lanes.
-    if (!element_wise ||
-        (op->is_intrinsic(Call::reinterpret) && op->args[0].type().lanes() != op->type.lanes()))
+    // A reinterpret that changes the lane count moves bits across lanes; a dynamic shuffle, lanes.
+    bool lane_count_kept = true;
+    for (const Expr& a : op->args)
+      lane_count_kept =
+          lane_count_kept && (a.type().lanes() == 1 || a.type().lanes() == op->type.lanes());
+    if (!element_wise || !lane_count_kept || op->is_intrinsic(Call::dynamic_shuffle))
       return add(Order::Mixed);
     IRVisitor::visit(op);
   }
