@@ -195,12 +195,13 @@ std::vector<uint16_t> edge_bf16() {
           0x4b00, 0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7f81, 0x7fc0, 0xffc1, 0x0100, 0x3380};
 }
 
-TEST(EvenOdd, Avx2KernelEqualsTheArithmeticElementForElement) {
-  const std::string target = "x86-64-linux-avx-avx2-f16c-fma-sse41";
+// Runs all_bf16_graph() compiled for `target` (x86: every x86-64 machine runs these) on element
+// counts with ragged and odd tails and checks every element against the arithmetic done here.
+void expect_as_computed(const std::string& target) {
   EngineOptions eo;
   eo.target = target;
-  Engine avx2(eo);
-  auto k = avx2.kernel(all_bf16_graph());
+  Engine engine(eo);
+  auto k = engine.kernel(all_bf16_graph());
   const std::vector<uint16_t> edges = edge_bf16();
   // Odd counts and a count below one vector: the ragged tails run too.
   for (int64_t n : {int64_t{4096 + 37}, int64_t{4099}, int64_t{5}, int64_t{64}}) {
@@ -241,11 +242,26 @@ TEST(EvenOdd, Avx2KernelEqualsTheArithmeticElementForElement) {
       }
     }
   }
+}
+
+TEST(EvenOdd, Avx2KernelEqualsTheArithmeticElementForElement) {
+  const std::string target = "x86-64-linux-avx-avx2-f16c-fma-sse41";
+  expect_as_computed(target);
   // The rewrite reached the object: the stores' 16-bit blends.
   const std::string listing = testing::disassemble(jit::compile_kernel_object(
       canonicalize(all_bf16_graph()), jit::resolve_schedule(Schedule(), target), target, "k"));
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "vpblendw"), 0u);
+}
+
+// The same on 128-bit vectors (x86 without AVX), which the pass takes too (pblendw: its stores).
+TEST(EvenOdd, Sse41KernelEqualsTheArithmeticElementForElement) {
+  const std::string target = "x86-64-linux-sse41";
+  expect_as_computed(target);
+  const std::string listing = testing::disassemble(jit::compile_kernel_object(
+      canonicalize(all_bf16_graph()), jit::resolve_schedule(Schedule(), target), target, "k"));
+  if (listing.empty()) GTEST_SKIP() << "no objdump";
+  EXPECT_GT(testing::occurrences(listing, "pblendw"), 0u);
 }
 
 }  // namespace
