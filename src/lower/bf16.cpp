@@ -240,8 +240,8 @@ void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx51
                          : !avx512bw   ? Narrowing::NanBranch
                          : avx512_bf16 ? Narrowing::Hardware
                                        : Narrowing::PackedHalves;
-  // On AVX2, all-bf16 loops first run in even/odd lane order (even_odd.h): it takes most of the
-  // shifts and packs above out of them.
+  // Without AVX-512BW, all-bf16 loops first run in even/odd lane order (even_odd.h): it takes
+  // most of the shifts and packs above out of them.
   if (mode == Narrowing::NanBranch) p.add_custom_lowering_pass(new EvenOddLanes);
   p.add_custom_lowering_pass(new Bf16Conversions(mode));
 }

@@ -2,24 +2,26 @@
 // bf16 vectors computed in even/odd lane order (internal; Halide IR; includes Halide.h).
 //
 // Why: widening a bf16 vector moves each 16-bit lane into the high half of a 32-bit lane
-// (vpmovzxwd, vpslld), and narrowing shifts it back and packs (vpsrld, vpackusdw, vpermq). On x86
-// without AVX-512 those are most of the vector instructions of an all-bf16 update, and AMD's Zen 1
-// runs each 256-bit one at one per 2 cycles (src/lower/README.md, "bf16 in even/odd lane order").
+// (vpmovzxwd, vpslld), and narrowing shifts it back and packs (vpsrld, vpackusdw, vpermq). In the
+// unmastered bf16 AdamW on AVX2 that was a third of the loop's instructions, and AMD's Zen 1 runs
+// each of those at one 256-bit instruction per 2 cycles (src/lower/README.md, "bf16 in even/odd
+// lane order").
 //
 // How: read as 32-bit words, a vector of 2k bf16 values holds element 2j in the low half of word
 // j and element 2j+1 in the high half, so `w << 16` is the even elements as f32 and
 // `w & 0xffff0000` the odd ones, with no shuffle. An element-wise update may run on its lanes in
 // any order, so the pass widens each bf16 vector to its k even elements followed by its k odd
-// ones, leaves the arithmetic as it is, and at each store puts the halves back: the rounded odd
-// lanes have their bf16 in the high half already, the even ones are taken from the high halves
-// too, and one 16-bit blend makes the words. The rounding is a call of kF32ToBf16RoundedNanBranch
-// (bf16.h), which finish_bf16_pass makes the NaN-branch narrowing without its final shift.
+// ones, leaves the arithmetic as it is, and at each store puts the halves back: rounded, every
+// lane has its bf16 in its high half, and one shuffle of 16-bit halves takes those of even lane j
+// and odd lane j into word j. The rounding is a call of kF32ToBf16RoundedNanBranch (bf16.h),
+// which finish_bf16_pass makes the NaN-branch narrowing without its final shift.
 //
 // Where: each innermost loop whose vector values are all element-wise functions of bf16 vectors
 // widened in it, of scalars and of broadcasts, and whose stores of such values store their
-// narrowing to bf16. A loop with anything else (an f32 vector read from memory or a lane index
-// meeting a widened value, a shuffle, a reduction across lanes, an odd lane count, a widened
-// value stored as f32) is left as it is: it still computes in memory order.
+// narrowing to bf16 (add_bf16_pass runs it on x86 without AVX-512BW). A loop with anything else
+// (an f32 vector read from memory or a lane index meeting a widened value, a shuffle, a reduction
+// across lanes, fewer than 8 lanes, a widened value stored as f32) is left as it is: it still
+// computes in memory order.
 #include <Halide.h>
 
 namespace optfuse::lower {
