@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <regex>
@@ -18,6 +17,7 @@
 #include "jit/halide_bridge.h"
 #include "optfuse/optfuse.hpp"
 #include "support/engine.h"
+#include "support/float_bits.h"
 #include "support/gen.h"
 #include "support/objdump.h"
 #include "support/round_trip.h"
@@ -25,16 +25,8 @@
 namespace optfuse {
 namespace {
 
-float f32_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using testing::bits_of;
+using testing::f32_of;
 
 // The bf16 nearest to finite x (ties to even), as bits; +-inf past the largest finite bf16.
 uint16_t bf16_nearest(float x) {

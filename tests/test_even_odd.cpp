@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "lower/bf16.h"
 #include "lower/even_odd.h"
 #include "optfuse/optfuse.hpp"
+#include "support/float_bits.h"
 #include "support/gen.h"
 #include "support/objdump.h"
 
@@ -158,16 +158,8 @@ TEST(EvenOdd, OnlyInnermostLoopsAreRewritten) {
 
 // ---- Results: a kernel compiled for AVX2 ----
 
-float f32_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using testing::bits_of;
+using testing::f32_of;
 float widen(uint16_t b) { return f32_of(uint32_t(b) << 16); }
 
 // The bf16 nearest to x (ties to even); a NaN becomes its quiet NaN (optim::to_bf16_bits).
@@ -244,22 +236,25 @@ void expect_as_computed(const std::string& target) {
   }
 }
 
+// all_bf16_graph()'s object for `target`, disassembled ("" without objdump).
+std::string listing_for(const std::string& target) {
+  return testing::disassemble(jit::compile_kernel_object(
+      canonicalize(all_bf16_graph()), jit::resolve_schedule(Schedule(), target), target, "k"));
+}
+
 TEST(EvenOdd, Avx2KernelEqualsTheArithmeticElementForElement) {
   const std::string target = "x86-64-linux-avx-avx2-f16c-fma-sse41";
   expect_as_computed(target);
-  // The rewrite reached the object: the stores' 16-bit blends.
-  const std::string listing = testing::disassemble(jit::compile_kernel_object(
-      canonicalize(all_bf16_graph()), jit::resolve_schedule(Schedule(), target), target, "k"));
+  const std::string listing = listing_for(target);
   if (listing.empty()) GTEST_SKIP() << "no objdump";
-  EXPECT_GT(testing::occurrences(listing, "vpblendw"), 0u);
+  EXPECT_GT(testing::occurrences(listing, "vpblendw"), 0u);  // the rewritten stores' blends
 }
 
-// The same on 128-bit vectors (x86 without AVX), which the pass takes too (pblendw: its stores).
+// The same on 128-bit vectors (x86 without AVX), which the pass takes too.
 TEST(EvenOdd, Sse41KernelEqualsTheArithmeticElementForElement) {
   const std::string target = "x86-64-linux-sse41";
   expect_as_computed(target);
-  const std::string listing = testing::disassemble(jit::compile_kernel_object(
-      canonicalize(all_bf16_graph()), jit::resolve_schedule(Schedule(), target), target, "k"));
+  const std::string listing = listing_for(target);
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "pblendw"), 0u);
 }
