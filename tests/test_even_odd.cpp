@@ -1,7 +1,8 @@
 // bf16 loops in even/odd lane order (src/lower/even_odd.h): which loops the pass rewrites, on
-// Halide IR built here, and that a rewritten kernel's results are element for element those of
-// the arithmetic done here in f32 and rounded to nearest even (bit-exact: the pass moves lanes,
-// never values, so nothing is tolerated).
+// Halide IR built here; that a rewritten kernel's results are element for element those of the
+// arithmetic done here in f32 and rounded to nearest even; and that every element-wise
+// optimizer's bf16 results move with its elements. Bit-exact: the pass moves lanes, never values,
+// so nothing is tolerated.
 #include <Halide.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "lower/bf16.h"
 #include "lower/even_odd.h"
 #include "optfuse/optfuse.hpp"
+#include "optfuse/optim.h"
 #include "support/float_bits.h"
 #include "support/gen.h"
 #include "support/objdump.h"
@@ -258,6 +260,52 @@ TEST(EvenOdd, Sse41KernelEqualsTheArithmeticElementForElement) {
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "pblendw"), 0u);
 }
+
+// ---- Every element-wise optimizer: moving the elements moves the results ----
+
+// An element-wise update computes each element from that element alone, so a run over the
+// elements rotated by one gives the first run's results rotated, bit for bit. Rotating moves
+// every element between the even and odd halves of the words and into or out of the ragged tail:
+// a lane the pass mixed up shows. (LAMB, LARS, Adafactor and Muon reduce over the tensor, and a
+// sum in another order may round differently: not here.)
+class ElementWise : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ElementWise, RotatingTheElementsRotatesTheBf16Results) {
+  EngineOptions eo;
+  eo.target = "x86-64-linux-avx-avx2-f16c-fma-sse41";
+  Engine avx2(eo);
+  const int64_t n = 1000 + 3;
+  auto run = [&](int64_t shift) {
+    Options config = {{"type", GetParam()}, {"lr", 1e-2}, {"master_weights", false}};
+    if (GetParam() == "sgd") config["momentum"] = 0.9;
+    auto opt = Optimizer::create(avx2, config);
+    std::vector<uint16_t> p(n), g(n);
+    auto moved = [&](int64_t i) { return size_t((i + shift) % n); };
+    for (int64_t i = 0; i < n; ++i)
+      p[moved(i)] = bf16_of(float(2 * testing::gen(11, uint64_t(i)) - 1));
+    opt->add_param_group(
+        {{TensorRef{p.data(), n, {}, DType::BF16}, TensorRef{g.data(), n, {}, DType::BF16}, "w"}},
+        {});
+    for (int step = 1; step <= 3; ++step) {
+      for (int64_t i = 0; i < n; ++i)
+        g[moved(i)] = bf16_of(float(2 * testing::gen(20 + step, uint64_t(i)) - 1));
+      opt->step();
+    }
+    return p;
+  };
+  const std::vector<uint16_t> a = run(0), b = run(1);
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 10; ++i)
+    if (b[size_t((i + 1) % n)] != a[size_t(i)]) {
+      ++bad;
+      ADD_FAILURE() << "element " << i << ": 0x" << std::hex << a[size_t(i)] << " in place, 0x"
+                    << b[size_t((i + 1) % n)] << " moved by one" << std::dec;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryOne, ElementWise,
+                         ::testing::Values("adadelta", "adagrad", "adam", "adamax", "adamw", "asgd",
+                                           "lion", "nadam", "radam", "rmsprop", "rprop", "sgd"));
 
 }  // namespace
 }  // namespace optfuse
