@@ -158,7 +158,7 @@ TEST(EvenOdd, OnlyInnermostLoopsAreRewritten) {
   EXPECT_TRUE(rewritten(b->rest));
 }
 
-// ---- Results: a kernel compiled for AVX2 ----
+// ---- Results: kernels compiled for AVX2 and SSE4.1 ----
 
 using testing::bits_of;
 using testing::f32_of;
@@ -189,7 +189,7 @@ std::vector<uint16_t> edge_bf16() {
           0x4b00, 0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7f81, 0x7fc0, 0xffc1, 0x0100, 0x3380};
 }
 
-// Runs all_bf16_graph() compiled for `target` (x86: every x86-64 machine runs these) on element
+// Runs all_bf16_graph() compiled for `target` (one every machine these tests run on has) on element
 // counts with ragged and odd tails and checks every element against the arithmetic done here.
 void expect_as_computed(const std::string& target) {
   EngineOptions eo;
