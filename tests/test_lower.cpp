@@ -5,7 +5,6 @@
 
 #include <cfloat>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <regex>
@@ -14,6 +13,7 @@
 #include "optfuse/engine.h"
 #include "optfuse/error.h"
 #include "support/engine.h"
+#include "support/float_bits.h"
 #include "support/gen.h"
 #include "support/run_kernel.h"
 
@@ -268,20 +268,11 @@ TEST(Schedules, VectorWidthsAndTaskCountsAgree) {
 
 // ---- Precision -------------------------------------------------------------------------------
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using testing::bits_of;
+using testing::f32_of;
 
 // Distance in units in the last place between two finite floats of the same sign.
-int64_t ulps(float a, float b) { return std::llabs(int64_t(bits(a)) - int64_t(bits(b))); }
+int64_t ulps(float a, float b) { return std::llabs(int64_t(bits_of(a)) - int64_t(bits_of(b))); }
 
 TEST(Precision, SqrtExactAndRsqrtWithinFourUlp) {
   Graph g("roots");
@@ -293,7 +284,7 @@ TEST(Precision, SqrtExactAndRsqrtWithinFourUlp) {
   std::vector<double> x;
   std::mt19937 rng(7);
   for (int i = 0; i < (1 << 20); ++i)
-    x.push_back(from_bits(rng() % 0x7f800000u));  // every finite >= 0
+    x.push_back(f32_of(rng() % 0x7f800000u));  // every finite >= 0
   for (float v : {FLT_MIN, FLT_MIN / 2, FLT_TRUE_MIN, 1e-40f, 1.0f, 2.0f, 4.0f, FLT_MAX, 3e38f})
     x.push_back(v);
   Tensors out = run_kernel(*k, {{"a", x}, {"b", x}}, {});
@@ -350,7 +341,7 @@ TEST(Precision, DivisionIsExact) {
   std::vector<double> num, den;
   std::mt19937 rng(11);
   for (int i = 0; i < (1 << 20); ++i) {
-    float x = from_bits(rng() % 0x7f800000u), y = from_bits(rng() % 0x7f800000u);
+    float x = f32_of(rng() % 0x7f800000u), y = f32_of(rng() % 0x7f800000u);
     num.push_back((rng() & 1) ? -x : x);
     den.push_back((rng() & 1) ? -y : y);
   }

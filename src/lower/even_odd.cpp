@@ -123,7 +123,8 @@ class Qualifies : public IRVisitor {
     widens = widens || o == Order::EvenOdd;
     return o;
   }
-  void address(const Expr& e) {
+  // An address, condition or size: lane j must mean element j there.
+  void in_memory_order(const Expr& e) {
     if (e.defined() && check(e) == Order::EvenOdd) ok = false;
   }
 
@@ -133,27 +134,27 @@ class Qualifies : public IRVisitor {
     op->body.accept(this);
   }
   void visit(const Store* op) override {
-    address(op->index);
-    address(op->predicate);
+    in_memory_order(op->index);
+    in_memory_order(op->predicate);
     if (check(op->value) != Order::EvenOdd) return;
+    // (Its lane count is a widening's, which OrderOf checked.)
     const Cast* narrowing = op->value.as<Cast>();
-    ok = ok && narrowing && narrowing->type.is_bfloat() &&
-         even_odd_lanes_fit(narrowing->type.lanes());
+    ok = ok && narrowing && narrowing->type.is_bfloat();
   }
   void visit(const IfThenElse* op) override {
-    address(op->condition);
+    in_memory_order(op->condition);
     op->then_case.accept(this);
     if (op->else_case.defined()) op->else_case.accept(this);
   }
-  void visit(const Evaluate* op) override { address(op->value); }
+  void visit(const Evaluate* op) override { in_memory_order(op->value); }
   void visit(const AssertStmt* op) override {
-    address(op->condition);
-    address(op->message);
+    in_memory_order(op->condition);
+    in_memory_order(op->message);
   }
   void visit(const Allocate* op) override {
-    for (const Expr& e : op->extents) address(e);
-    address(op->condition);
-    address(op->new_expr);
+    for (const Expr& e : op->extents) in_memory_order(e);
+    in_memory_order(op->condition);
+    in_memory_order(op->new_expr);
     op->body.accept(this);
   }
   void visit(const Provide*) override { ok = false; }  // not seen after lowering
