@@ -85,7 +85,7 @@ TEST(Cache, GoldenKey) {
   EngineOptions eo;
   eo.target = "x86-64-linux-avx2";
   Engine e(eo);
-  EXPECT_EQ(e.kernel_key(sgd("any")), "7feb7a6ab9a15ebf65286da9b66c91fe");
+  EXPECT_EQ(e.kernel_key(sgd("any")), "afa50878665cd51e13f7e5f8f9c1415c");
 }
 
 TEST(Cache, DefaultLocation) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "jit/halide_bridge.h"
@@ -189,6 +190,15 @@ std::vector<uint16_t> edge_bf16() {
           0x4b00, 0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7f81, 0x7fc0, 0xffc1, 0x0100, 0x3380};
 }
 
+// x86 targets the pass runs on: AVX2, and AVX-512 without AVX512-BF16.
+const char* const kAvx2 = "x86-64-linux-avx-avx2-f16c-fma-sse41";
+const char* const kAvx512 = "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41";
+
+// Whether this machine runs kAvx512's kernels.
+bool host_runs_avx512() {
+  return Halide::get_host_target().has_feature(Halide::Target::AVX512_Skylake);
+}
+
 // Runs all_bf16_graph() compiled for `target` (one every machine these tests run on has) on element
 // counts with ragged and odd tails and checks every element against the arithmetic done here.
 void expect_as_computed(const std::string& target) {
@@ -245,11 +255,21 @@ std::string listing_for(const std::string& target) {
 }
 
 TEST(EvenOdd, Avx2KernelEqualsTheArithmeticElementForElement) {
-  const std::string target = "x86-64-linux-avx-avx2-f16c-fma-sse41";
-  expect_as_computed(target);
-  const std::string listing = listing_for(target);
+  expect_as_computed(kAvx2);
+  const std::string listing = listing_for(kAvx2);
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "vpblendw"), 0u);  // the rewritten stores' blends
+}
+
+// The same for AVX-512 without AVX512-BF16 (AVX-512BW: the packing narrowing, lower/bf16.h),
+// where this machine runs it.
+TEST(EvenOdd, Avx512KernelEqualsTheArithmeticElementForElement) {
+  if (!host_runs_avx512()) GTEST_SKIP() << "this CPU has no AVX-512BW";
+  expect_as_computed(kAvx512);
+  const std::string listing = listing_for(kAvx512);
+  if (listing.empty()) GTEST_SKIP() << "no objdump";
+  EXPECT_GT(testing::occurrences(listing, "zmm"), 0u);
+  EXPECT_EQ(testing::occurrences(listing, "vpmovzxwd"), 0u);  // no widening in memory order
 }
 
 // The same on 128-bit vectors (x86 without AVX), which the pass takes too.
@@ -268,17 +288,21 @@ TEST(EvenOdd, Sse41KernelEqualsTheArithmeticElementForElement) {
 // every element between the even and odd halves of the words and into or out of the ragged tail:
 // a lane the pass mixed up shows. (LAMB, LARS, Adafactor and Muon reduce over the tensor, and a
 // sum in another order may round differently: not here.)
-class ElementWise : public ::testing::TestWithParam<std::string> {};
+// On AVX2, and on AVX-512 without AVX512-BF16 where this machine runs it.
+class ElementWise : public ::testing::TestWithParam<std::tuple<std::string, const char*>> {};
 
 TEST_P(ElementWise, RotatingTheElementsRotatesTheBf16Results) {
+  const auto& [type, target] = GetParam();
+  if (std::string(target) == kAvx512 && !host_runs_avx512())
+    GTEST_SKIP() << "this CPU has no AVX-512BW";
   EngineOptions eo;
-  eo.target = "x86-64-linux-avx-avx2-f16c-fma-sse41";
-  Engine avx2(eo);
+  eo.target = target;
+  Engine engine(eo);
   const int64_t n = 1000 + 3;
   auto run = [&](int64_t shift) {
-    Options config = {{"type", GetParam()}, {"lr", 1e-2}, {"master_weights", false}};
-    if (GetParam() == "sgd") config["momentum"] = 0.9;
-    auto opt = Optimizer::create(avx2, config);
+    Options config = {{"type", type}, {"lr", 1e-2}, {"master_weights", false}};
+    if (type == "sgd") config["momentum"] = 0.9;
+    auto opt = Optimizer::create(engine, config);
     std::vector<uint16_t> p(n), g(n);
     auto moved = [&](int64_t i) { return size_t((i + shift) % n); };
     for (int64_t i = 0; i < n; ++i)
@@ -303,9 +327,15 @@ TEST_P(ElementWise, RotatingTheElementsRotatesTheBf16Results) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryOne, ElementWise,
-                         ::testing::Values("adadelta", "adagrad", "adam", "adamax", "adamw", "asgd",
-                                           "lion", "nadam", "radam", "rmsprop", "rprop", "sgd"));
+INSTANTIATE_TEST_SUITE_P(
+    EveryOne, ElementWise,
+    ::testing::Combine(::testing::Values("adadelta", "adagrad", "adam", "adamax", "adamw", "asgd",
+                                         "lion", "nadam", "radam", "rmsprop", "rprop", "sgd"),
+                       ::testing::Values(kAvx2, kAvx512)),
+    [](const auto& info) {
+      return std::get<0>(info.param) +
+             (std::string(std::get<1>(info.param)) == kAvx2 ? "_avx2" : "_avx512");
+    });
 
 }  // namespace
 }  // namespace optfuse

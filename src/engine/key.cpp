@@ -94,8 +94,9 @@ namespace engine_detail {
 // a flat call that fits one task runs the streaming loop (lower/schedule.cpp), not one of its own.
 // 15: the load stage's stack buffers forwarded to their readers (lower/load_stage.h); bf16
 // narrowing on x86 without AVX-512BW with one NaN test per vector (lower/bf16.h). 16: all-bf16
-// loops on x86 without AVX-512BW in even/odd lane order (lower/even_odd.h).
-constexpr const char* kLoweringVersion = "lowering-16";
+// loops on x86 without AVX-512BW in even/odd lane order (lower/even_odd.h). 17: and on AVX-512
+// without AVX512-BF16.
+constexpr const char* kLoweringVersion = "lowering-17";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

@@ -240,9 +240,11 @@ void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx51
                          : !avx512bw   ? Narrowing::NanBranch
                          : avx512_bf16 ? Narrowing::Hardware
                                        : Narrowing::PackedHalves;
-  // Without AVX-512BW, all-bf16 loops first run in even/odd lane order (even_odd.h): it takes
-  // most of the shifts and packs above out of them.
-  if (mode == Narrowing::NanBranch) p.add_custom_lowering_pass(new EvenOddLanes);
+  // Without AVX512-BF16, all-bf16 loops first run in even/odd lane order (even_odd.h): it takes
+  // the widening's zero-extensions and shifts and the narrowing's packs out of them (AVX2 and
+  // AVX-512 alike; src/lower/README.md, "bf16 in even/odd lane order", has the measurements).
+  if (mode == Narrowing::NanBranch || mode == Narrowing::PackedHalves)
+    p.add_custom_lowering_pass(new EvenOddLanes);
   p.add_custom_lowering_pass(new Bf16Conversions(mode));
 }
 
