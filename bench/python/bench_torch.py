@@ -26,6 +26,7 @@ import contextlib
 import gc
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -300,14 +301,29 @@ def deepspeed_entry(ps, decays, rebinder, log):
         return Entry("DeepSpeedCPUAdam", None, role="unavailable", note=msg)
 
 
-def time_case(a, entries, log):
+# Without --steps, each contender's turn in a round lasts about this long on optfuse's step (and
+# at least 3 steps): 3 steps of a 1M-element tensor (0.35 ms) gave shares 0.86-0.98 from one run
+# to the next on a noisy 2-core machine, 20 steps 0.93-0.95.
+TURN_S = 0.01
+
+
+def time_case(a, entries, log) -> int:
+    """Warms up and times `entries`; returns the timed steps per turn it used."""
     live = [e for e in entries if e.run is not None]
+    warm = {}
     for e in live:  # warm-up
         for _ in range(a.warmup):
             if e.before:
                 e.before()
+            t0 = time.perf_counter()
             e.run()
-    interleaved_rounds(live, a.rounds, a.steps, a.turn_warmup, log)
+            warm[e.name] = time.perf_counter() - t0
+    steps = a.steps
+    if steps is None:
+        step_s = warm.get("optfuse.torch.AdamW") or min(warm.values())
+        steps = 2 if a.quick else max(3, min(50, math.ceil(TURN_S / max(step_s, 1e-6))))
+    interleaved_rounds(live, a.rounds, steps, a.turn_warmup, log)
+    return steps
 
 
 def summarize(entries, n_elems, n_tensors):
@@ -439,8 +455,9 @@ def markdown(res):
             else ""
         )
         + ".",
-        f"{a['rounds']} interleaved rounds x {a['steps']} steps (+{a['turn_warmup']} untimed "
-        f"per turn), median of round medians. "
+        f"{a['rounds']} interleaved rounds x {a['steps'] or 'N'} steps (+{a['turn_warmup']} "
+        "untimed per turn; N per case: at least 3, enough for ~10 ms of optfuse's steps), median "
+        "of round medians. "
         "GB/s at 28 B/element; share = 4r3w ceiling time / time; x optfuse = time / optfuse "
         "time (> 1: optfuse is faster).",
         "",
@@ -449,6 +466,8 @@ def markdown(res):
         L += [
             f"## {c['label']}: {c['tensors']} tensors, {c['elements'] / 1e6:.2f} M elements "
             f"({c['dtype']})",
+            "",
+            f"{c['steps']} timed steps per contender per round.",
             "",
             "| contender | ms / step | min | GB/s | share | x optfuse | note |",
             "|---|---:|---:|---:|---:|---:|---|",
@@ -621,7 +640,6 @@ def main():
     ap.add_argument("--out-png", metavar="FILE", help="bar chart: share of the ceiling")
     a = ap.parse_args()
     a.rounds = a.rounds or (3 if a.quick else 7)
-    a.steps = a.steps or (2 if a.quick else 3)
     a.startup_runs = a.startup_runs or (1 if a.quick else 3)
     asked = a.cases.split(",")
     a.cases = asked + (["startup", "noop"] if a.cases == ap.get_default("cases") else [])
@@ -645,9 +663,10 @@ def run_all(a, log):
         n_elems = sum(torch.Size(s).numel() for s, _ in shapes)
         log(f"{label}: {len(shapes)} tensors, {n_elems / 1e6:.2f} M elements, {dtype}")
         entries = build_entries(a, shapes, dtype, log)
-        time_case(a, entries, log)
+        steps = time_case(a, entries, log)
         res["cases"][key] = {
             "label": label,
+            "steps": steps,
             "tensors": len(shapes),
             "elements": n_elems,
             "dtype": str(dtype).replace("torch.", ""),

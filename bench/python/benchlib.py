@@ -65,7 +65,12 @@ def add_timing_args(ap) -> None:
     """The options interleaved_rounds() takes (--rounds and --steps default to None: a script
     sets its own defaults, smaller with --quick)."""
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 3)")
-    ap.add_argument("--steps", type=int, help="timed steps per contender per round (3, quick 2)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        help="timed steps per contender per round (3, quick 2; bench_torch.py: per case, enough "
+        "for ~10 ms of optfuse steps a turn)",
+    )
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps per contender (2)")
     ap.add_argument(
         "--turn-warmup",
