@@ -319,8 +319,8 @@ def time_case(a, entries, log) -> int:
             e.run()
             warm[e.name] = time.perf_counter() - t0
     steps = a.steps
-    if steps is None:
-        step_s = warm.get("optfuse.torch.AdamW") or min(warm.values())
+    if steps is None:  # (no warm-up step timed, --warmup 0: 3)
+        step_s = warm.get("optfuse.torch.AdamW") or min(warm.values(), default=TURN_S / 3)
         steps = 2 if a.quick else max(3, min(50, math.ceil(TURN_S / max(step_s, 1e-6))))
     interleaved_rounds(live, a.rounds, steps, a.turn_warmup, log)
     return steps

@@ -5,8 +5,8 @@
 // (vpmovzxwd, vpslld), and narrowing shifts it back and packs (vpsrld, vpackusdw, vpermq). In the
 // unmastered bf16 AdamW on AVX2 that was a quarter of the loop's instructions, and AMD's Zen 1 runs
 // each of those at one 256-bit instruction per 2 cycles (src/lower/README.md, "bf16 in even/odd
-// lane order"). On AVX-512 without AVX512-BF16 the widening is the same, and the step ran 7-8%
-// faster without it on a Sapphire Rapids Xeon (same section).
+// lane order"). AVX-512 without AVX512-BF16 widens the same way; there the unmastered step ran
+// 7-8% faster in even/odd order (a Sapphire Rapids Xeon compiled for that target; same section).
 //
 // How: read as 32-bit words, a vector of 2k bf16 values holds element 2j in the low half of word
 // j and element 2j+1 in the high half, so `w << 16` is the even elements as f32 and
