@@ -310,18 +310,18 @@ TURN_S = 0.01
 def time_case(a, entries, log) -> int:
     """Warms up and times `entries`; returns the timed steps per turn it used."""
     live = [e for e in entries if e.run is not None]
-    warm = {}
+    ours_s = TURN_S / 3  # optfuse's last warm-up step (with --warmup 0, none: 3 steps)
     for e in live:  # warm-up
         for _ in range(a.warmup):
             if e.before:
                 e.before()
             t0 = time.perf_counter()
             e.run()
-            warm[e.name] = time.perf_counter() - t0
+            if e.name == "optfuse.torch.AdamW":
+                ours_s = time.perf_counter() - t0
     steps = a.steps
-    if steps is None:  # (no warm-up step timed, --warmup 0: 3)
-        step_s = warm.get("optfuse.torch.AdamW") or min(warm.values(), default=TURN_S / 3)
-        steps = 2 if a.quick else max(3, min(50, math.ceil(TURN_S / max(step_s, 1e-6))))
+    if steps is None:
+        steps = 2 if a.quick else max(3, min(50, math.ceil(TURN_S / max(ours_s, 1e-6))))
     interleaved_rounds(live, a.rounds, steps, a.turn_warmup, log)
     return steps
 
