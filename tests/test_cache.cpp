@@ -85,7 +85,7 @@ TEST(Cache, GoldenKey) {
   EngineOptions eo;
   eo.target = "x86-64-linux-avx2";
   Engine e(eo);
-  EXPECT_EQ(e.kernel_key(sgd("any")), "afa50878665cd51e13f7e5f8f9c1415c");
+  EXPECT_EQ(e.kernel_key(sgd("any")), "fe054407c2ada2887a67f582f8ef167f");
 }
 
 TEST(Cache, DefaultLocation) {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -57,6 +58,9 @@ Stmt loop(const Stmt& body) {
   return For::make("x", 0, 64, ForType::Serial, Halide::DeviceAPI::Host, body);
 }
 
+// The pass as on AVX2 (which loops it takes does not depend on how their stores narrow).
+Stmt even_odd(const Stmt& s) { return lower::even_odd_lanes(s, lower::StoreNarrowing::Pairs); }
+
 // Whether `s` narrows in even/odd order anywhere (the call the rewritten stores make).
 bool rewritten(const Stmt& s) {
   class Finds : public IRVisitor {
@@ -66,7 +70,7 @@ bool rewritten(const Stmt& s) {
    private:
     using IRVisitor::visit;
     void visit(const Call* op) override {
-      found = found || op->name == lower::kF32ToBf16RoundedNanBranch;
+      found = found || op->name == lower::kF32PairToBf16NanBranch;
       IRVisitor::visit(op);
     }
   } finds;
@@ -79,10 +83,10 @@ Expr two(int lanes = 16) { return Broadcast::make(2.0f, lanes); }
 TEST(EvenOdd, AnAllBf16LoopIsRewritten) {
   const Stmt body = Block::make(narrowed_store("p", widened("p") + widened("g") * two()),
                                 narrowed_store("m", widened("g") * widened("g")));
-  const Stmt s = lower::even_odd_lanes(loop(body));
+  const Stmt s = even_odd(loop(body));
   EXPECT_TRUE(rewritten(s)) << s;
   // A scalar store beside them does not stop it.
-  EXPECT_TRUE(rewritten(lower::even_odd_lanes(
+  EXPECT_TRUE(rewritten(even_odd(
       loop(Block::make(narrowed_store("p", widened("p") * two()), store("count", Expr(1)))))));
 }
 
@@ -90,18 +94,18 @@ TEST(EvenOdd, VectorVariablesCarryTheirOrder) {
   // t = widened p, bound in the loop: rewritten with it.
   const Stmt in_loop = loop(LetStmt::make(
       "t", widened("p"), narrowed_store("p", Variable::make(Halide::Float(32, 16), "t") * two())));
-  EXPECT_TRUE(rewritten(lower::even_odd_lanes(in_loop)));
+  EXPECT_TRUE(rewritten(even_odd(in_loop)));
   // Bound outside the loop, nothing rewrites its value: it stays in memory order, and meeting a
   // value widened in the loop leaves the loop as it is.
   const Stmt outside = LetStmt::make(
       "t", widened("q"),
       loop(narrowed_store("p", Variable::make(Halide::Float(32, 16), "t") + widened("p"))));
-  EXPECT_FALSE(rewritten(lower::even_odd_lanes(outside)));
+  EXPECT_FALSE(rewritten(even_odd(outside)));
   // A broadcast bound outside is the same in every lane.
   const Stmt uniform = LetStmt::make(
       "c", two(),
       loop(narrowed_store("p", Variable::make(Halide::Float(32, 16), "c") * widened("p"))));
-  EXPECT_TRUE(rewritten(lower::even_odd_lanes(uniform)));
+  EXPECT_TRUE(rewritten(even_odd(uniform)));
 }
 
 TEST(EvenOdd, AGatherAtWidenedValuesIsInTheirOrder) {
@@ -111,14 +115,13 @@ TEST(EvenOdd, AGatherAtWidenedValuesIsInTheirOrder) {
   const Expr at = Cast::make(Halide::Int(32, 16), widened("p"));
   const Expr gathered = Load::make(Halide::Float(32, 16), "table", at, Halide::Buffer<>(),
                                    Parameter(), const_true(16), ModulusRemainder());
-  EXPECT_TRUE(rewritten(lower::even_odd_lanes(loop(narrowed_store("p", gathered)))));
+  EXPECT_TRUE(rewritten(even_odd(loop(narrowed_store("p", gathered)))));
   // A gather at indices in memory order is in memory order.
   const Expr at_memory = Cast::make(Halide::Int(32, 16), load(Halide::Float(32, 16), "f"));
   const Expr gathered_memory =
       Load::make(Halide::Float(32, 16), "table", at_memory, Halide::Buffer<>(), Parameter(),
                  const_true(16), ModulusRemainder());
-  EXPECT_FALSE(
-      rewritten(lower::even_odd_lanes(loop(narrowed_store("p", widened("p") + gathered_memory)))));
+  EXPECT_FALSE(rewritten(even_odd(loop(narrowed_store("p", widened("p") + gathered_memory)))));
 }
 
 TEST(EvenOdd, LoopsWithValuesInMemoryOrderAreLeftAsTheyAre) {
@@ -141,7 +144,7 @@ TEST(EvenOdd, LoopsWithValuesInMemoryOrderAreLeftAsTheyAre) {
   };
   for (const auto& [why, body] : left) {
     const Stmt s = loop(Block::make(narrowed_store("m", widened("m") * two()), body));
-    EXPECT_FALSE(rewritten(lower::even_odd_lanes(s))) << why;
+    EXPECT_FALSE(rewritten(even_odd(s))) << why;
   }
 }
 
@@ -149,7 +152,7 @@ TEST(EvenOdd, OnlyInnermostLoopsAreRewritten) {
   const Stmt inner = loop(narrowed_store("p", widened("p") * two()));
   const Stmt outer = For::make("y", 0, 4, ForType::Serial, Halide::DeviceAPI::Host,
                                Block::make(narrowed_store("q", widened("q") * two()), inner));
-  const Stmt s = lower::even_odd_lanes(outer);
+  const Stmt s = even_odd(outer);
   ASSERT_TRUE(rewritten(s));
   const For* y = s.as<For>();
   ASSERT_NE(y, nullptr);
@@ -157,6 +160,65 @@ TEST(EvenOdd, OnlyInnermostLoopsAreRewritten) {
   ASSERT_NE(b, nullptr);
   EXPECT_FALSE(rewritten(b->first));  // the outer loop's own store
   EXPECT_TRUE(rewritten(b->rest));
+}
+
+// ---- One NaN test for stores whose NaNs reach another's (src/lower/one_nan_test.h) ----
+
+// How many calls of each narrowing (and of the NaN test) `s` makes.
+std::map<std::string, int> narrowing_calls(const Stmt& s) {
+  class Counts : public IRVisitor {
+   public:
+    std::map<std::string, int> n;
+
+   private:
+    using IRVisitor::visit;
+    void visit(const Call* op) override {
+      for (const char* name :
+           {lower::kF32PairToBf16, lower::kF32PairToBf16NanBranch, lower::kUnordered})
+        n[name] += op->name == name;
+      IRVisitor::visit(op);
+    }
+  } counts;
+  s.accept(&counts);
+  return counts.n;
+}
+
+// The widened p, a and g bound before the stores (as the load stage reads every input before
+// the first write), then `stores` of their values.
+Stmt with_widened_inputs(const Stmt& stores) {
+  return LetStmt::make(
+      "wp", widened("p"),
+      LetStmt::make("wa", widened("a"), LetStmt::make("wg", widened("g"), stores)));
+}
+Expr w(const std::string& name) { return Variable::make(Halide::Float(32, 16), name); }
+
+TEST(EvenOdd, AStoreWhoseNaNsReachAnothersSharesItsTest) {
+  // a' = a + g, p' = p * a': a NaN lane of a' is one of p'. Both stores narrow untested; p' is
+  // tested once, and where it has a NaN both are written again by the tested narrowing.
+  const Stmt chained = with_widened_inputs(LetStmt::make(
+      "an", w("wa") + w("wg"),
+      Block::make(narrowed_store("a", w("an")), narrowed_store("p", w("wp") * w("an")))));
+  std::map<std::string, int> n = narrowing_calls(even_odd(loop(chained)));
+  EXPECT_EQ(n[lower::kF32PairToBf16], 2);
+  EXPECT_EQ(n[lower::kF32PairToBf16NanBranch], 2);
+  EXPECT_EQ(n[lower::kUnordered], 1);
+  // Neither value reaches the other: each store keeps its own test.
+  const Stmt apart = with_widened_inputs(
+      Block::make(narrowed_store("a", w("wa") + w("wg")), narrowed_store("p", w("wp") * w("wg"))));
+  n = narrowing_calls(even_odd(loop(apart)));
+  EXPECT_EQ(n[lower::kF32PairToBf16], 0);
+  EXPECT_EQ(n[lower::kF32PairToBf16NanBranch], 2);
+  // Through a max (no NaN for a NaN operand on x86) a NaN need not reach p'.
+  const Stmt through_max = with_widened_inputs(
+      LetStmt::make("an", w("wa") + w("wg"),
+                    Block::make(narrowed_store("a", w("an")),
+                                narrowed_store("p", Halide::max(w("wp"), w("an"))))));
+  EXPECT_EQ(narrowing_calls(even_odd(loop(through_max)))[lower::kF32PairToBf16], 0);
+  // A load after the first store (it could read what the store wrote): left as it is.
+  const Stmt read_after = with_widened_inputs(LetStmt::make(
+      "an", w("wa") + w("wg"),
+      Block::make(narrowed_store("a", w("an")), narrowed_store("p", widened("q") * w("an")))));
+  EXPECT_EQ(narrowing_calls(even_odd(loop(read_after)))[lower::kF32PairToBf16], 0);
 }
 
 // ---- Results: kernels compiled for AVX2 and SSE4.1 ----
@@ -184,6 +246,48 @@ Graph all_bf16_graph() {
   return gr;
 }
 
+// a = bf16(a + g + s), param = bf16(param * (a + g + s)), s a scalar: a NaN in the new a is one
+// in the new param, so the kernel tests the param alone and writes both again where it has a
+// NaN (src/lower/one_nan_test.h). No multiply-add can form here either.
+Graph chained_bf16_graph() {
+  Graph gr("bf16_even_odd_chained");
+  Value p = cast(gr.param("param", DType::BF16), DType::F32);
+  Value a = cast(gr.state("a", DType::BF16), DType::F32);
+  Value g = cast(gr.grad("g", DType::BF16), DType::F32);
+  Value a_new = (a + g) + gr.scalar("s");
+  gr.output("a", cast(a_new, DType::BF16));
+  gr.output("param", cast(p * a_new, DType::BF16));
+  return gr;
+}
+
+// A graph's arithmetic done here in f32 for one element: each output's f32 result and the
+// inputs it computes from (a NaN result may carry any of their NaNs: which operand x86 takes
+// the NaN of is LLVM's choice of operand order).
+struct Computed {
+  float param, a;
+  std::vector<uint16_t> param_from, a_from;
+};
+using Arithmetic = std::function<Computed(uint16_t p, uint16_t a, uint16_t g)>;
+
+Computed all_bf16_arithmetic(uint16_t p, uint16_t a, uint16_t g) {
+  volatile float sum = widen(p), product = widen(a);
+  sum = sum + widen(a);
+  product = product * widen(g);
+  return {sum, product, {p, a}, {a, g}};
+}
+
+// chained_bf16_graph()'s, for the scalar `s`.
+Arithmetic chained_arithmetic(float s) {
+  return [s](uint16_t p, uint16_t a, uint16_t g) {
+    volatile float a_new = widen(a), product = widen(p);
+    a_new = a_new + widen(g);
+    a_new = a_new + s;
+    product = product * a_new;
+    const uint16_t s_bits = bf16_of(s);  // (a NaN's quiet NaN, as the inputs')
+    return Computed{product, a_new, {p, a, g, s_bits}, {a, g, s_bits}};
+  };
+}
+
 // bf16 values whose sums and products round at ties, overflow, go subnormal or are NaNs.
 std::vector<uint16_t> edge_bf16() {
   return {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x0080, 0x3f80, 0x3f81, 0xbf80, 0x3b80,
@@ -199,13 +303,14 @@ bool host_runs_avx512() {
   return Halide::get_host_target().has_feature(Halide::Target::AVX512_Skylake);
 }
 
-// Runs all_bf16_graph() compiled for `target` (one every machine these tests run on has) on element
-// counts with ragged and odd tails and checks every element against the arithmetic done here.
-void expect_as_computed(const std::string& target) {
+// Runs `graph` compiled for `target` (one every machine these tests run on has) on element
+// counts with ragged and odd tails and checks every element against `arithmetic`.
+void expect_as_computed(const std::string& target, const Graph& graph, const Arithmetic& arithmetic,
+                        const std::vector<double>& scalars = {}) {
   EngineOptions eo;
   eo.target = target;
   Engine engine(eo);
-  auto k = engine.kernel(all_bf16_graph());
+  auto k = engine.kernel(graph);
   const std::vector<uint16_t> edges = edge_bf16();
   // Odd counts and a count below one vector: the ragged tails run too.
   for (int64_t n : {int64_t{4096 + 37}, int64_t{4099}, int64_t{5}, int64_t{64}}) {
@@ -224,25 +329,27 @@ void expect_as_computed(const std::string& target) {
     KernelCall call;
     for (const auto& in : k->signature().inputs) call.inputs.push_back(buffers.at(in.name));
     for (const auto& out : k->signature().outputs) call.outputs.push_back(buffers.at(out.replaces));
+    call.scalars = scalars;
     call.n = n;
     k->run(call);
-    // With NaNs in both operands x86 returns the first one's, and which operand LLVM makes
-    // first is its choice: either quiet NaN is the operation's result.
-    const auto as_computed = [](uint16_t got, uint16_t x, uint16_t y, float result) {
-      const bool both_nan = std::isnan(widen(x)) && std::isnan(widen(y));
-      return got == bf16_of(result) || (both_nan && (got == (x | 0x40) || got == (y | 0x40)));
+    // The bf16 of `result`, or with NaNs in two or more inputs the quiet NaN of any of them.
+    const auto as_computed = [](uint16_t got, float result, const std::vector<uint16_t>& from) {
+      int nans = 0;
+      for (uint16_t x : from) nans += std::isnan(widen(x));
+      bool ok = got == bf16_of(result);
+      for (uint16_t x : from) ok = ok || (nans > 1 && std::isnan(widen(x)) && got == (x | 0x40));
+      return ok;
     };
     int bad = 0;
     for (int64_t i = 0; i < n && bad < 10; ++i) {
-      volatile float sum = widen(p0[i]), product = widen(a0[i]);
-      sum = sum + widen(a0[i]);
-      product = product * widen(g[i]);
-      if (!as_computed(p[i], p0[i], a0[i], sum) || !as_computed(a[i], a0[i], g[i], product)) {
+      const Computed want = arithmetic(p0[i], a0[i], g[i]);
+      if (!as_computed(p[i], want.param, want.param_from) ||
+          !as_computed(a[i], want.a, want.a_from)) {
         ++bad;
         ADD_FAILURE() << std::hex << "n " << std::dec << n << ", element " << i << std::hex
-                      << ": param 0x" << p0[i] << " + a 0x" << a0[i] << " = 0x" << p[i]
-                      << ", want 0x" << bf16_of(sum) << "; a 0x" << a0[i] << " * g 0x" << g[i]
-                      << " = 0x" << a[i] << ", want 0x" << bf16_of(product) << std::dec;
+                      << ": param 0x" << p0[i] << ", a 0x" << a0[i] << ", g 0x" << g[i]
+                      << " gave param 0x" << p[i] << " (want 0x" << bf16_of(want.param) << "), a 0x"
+                      << a[i] << " (want 0x" << bf16_of(want.a) << ")" << std::dec;
       }
     }
   }
@@ -255,7 +362,7 @@ std::string listing_for(const std::string& target) {
 }
 
 TEST(EvenOdd, Avx2KernelEqualsTheArithmeticElementForElement) {
-  expect_as_computed(kAvx2);
+  expect_as_computed(kAvx2, all_bf16_graph(), all_bf16_arithmetic);
   const std::string listing = listing_for(kAvx2);
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "vpblendw"), 0u);  // the rewritten stores' blends
@@ -265,7 +372,7 @@ TEST(EvenOdd, Avx2KernelEqualsTheArithmeticElementForElement) {
 // where this machine runs it.
 TEST(EvenOdd, Avx512KernelEqualsTheArithmeticElementForElement) {
   if (!host_runs_avx512()) GTEST_SKIP() << "this CPU has no AVX-512BW";
-  expect_as_computed(kAvx512);
+  expect_as_computed(kAvx512, all_bf16_graph(), all_bf16_arithmetic);
   const std::string listing = listing_for(kAvx512);
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "zmm"), 0u);
@@ -275,10 +382,29 @@ TEST(EvenOdd, Avx512KernelEqualsTheArithmeticElementForElement) {
 // The same on 128-bit vectors (x86 without AVX), which the pass takes too.
 TEST(EvenOdd, Sse41KernelEqualsTheArithmeticElementForElement) {
   const std::string target = "x86-64-linux-sse41";
-  expect_as_computed(target);
+  expect_as_computed(target, all_bf16_graph(), all_bf16_arithmetic);
   const std::string listing = listing_for(target);
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "pblendw"), 0u);
+}
+
+// A stored value whose NaNs reach another's (one NaN test for both; where it finds one, both are
+// written again), on AVX2 and SSE4.1. With s = 0 the edge values' NaN lanes take that path;
+// with s a NaN whose payload has bit 15 set (0x7fc08001 as f32) every lane does, and only the
+// second writes store its quiet NaN 0x7fc0: the first ones round it up to 0x7fc1.
+TEST(EvenOdd, ChainedKernelEqualsTheArithmeticElementForElement) {
+  const float nan_payload = testing::f32_of(0x7fc08001u);
+  for (const std::string target : {kAvx2, "x86-64-linux-sse41"}) {
+    SCOPED_TRACE(target);
+    EngineOptions eo;
+    eo.target = target;
+    eo.compile_only = true;
+    const std::string stmt = Engine(eo).lowered_stmt(chained_bf16_graph());
+    EXPECT_NE(stmt.find(lower::kUnordered), std::string::npos) << "no shared NaN test";
+    expect_as_computed(target, chained_bf16_graph(), chained_arithmetic(0.0f), {0.0});
+    expect_as_computed(target, chained_bf16_graph(), chained_arithmetic(nan_payload),
+                       {double(nan_payload)});
+  }
 }
 
 // ---- Every element-wise optimizer: moving the elements moves the results ----

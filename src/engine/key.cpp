@@ -85,7 +85,7 @@ namespace engine_detail {
 // packed by one shuffle on AVX-512BW (lower/bf16.h). 10: maxima and minima reduced in f32 (not
 // f64) and a row's whole vectors read without bounds (lower/reduce.h); row state. 11: f16
 // conversions whose lanes LLVM split or scalarized, and Halide's widening_add / _sub / _mul of
-// 16-bit floats, as whole-vector F16C instructions too (lower/f16c.h, lower/unary_lanes.h); bf16
+// 16-bit floats, as whole-vector F16C instructions too (lower/f16c.h, lower/lane_calls.h); bf16
 // narrowing of split or scalarized lanes packed too (lower/bf16.h). (Its AVX512-BF16 form is a
 // key part of its own: jit::cpu_extras_key.) 12: bf16 narrowing's subnormal test by vfpclassps.
 // 13: selects on a bool scalar compiled as a loop per value (lower/schedule.h, `cases`); uniform
@@ -95,8 +95,9 @@ namespace engine_detail {
 // 15: the load stage's stack buffers forwarded to their readers (lower/load_stage.h); bf16
 // narrowing on x86 without AVX-512BW with one NaN test per vector (lower/bf16.h). 16: all-bf16
 // loops on x86 without AVX-512BW in even/odd lane order (lower/even_odd.h). 17: and on AVX-512
-// without AVX512-BF16.
-constexpr const char* kLoweringVersion = "lowering-17";
+// without AVX512-BF16. 18: their stores on x86 without AVX-512BW rounded in 16-bit lanes, even
+// and odd halves together (lower/bf16.h, kF32PairToBf16NanBranch).
+constexpr const char* kLoweringVersion = "lowering-18";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

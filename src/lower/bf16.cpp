@@ -15,7 +15,7 @@
 
 #include "lower/even_odd.h"
 #include "lower/float_widening.h"
-#include "lower/unary_lanes.h"
+#include "lower/lane_calls.h"
 
 namespace optfuse::lower {
 namespace {
@@ -141,21 +141,72 @@ llvm::Value* branch_rarely(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* c
   return joined;
 }
 
-// The narrowing of an f32 vector with ONE test for NaNs: whether any lane is one (a compare of
-// the vector's halves with each other, "unordered", then their or), and only then the NaN
-// lanes' selects. `narrow`: narrow_bits or rounded_bits.
+// Whether a lane of the f32 vector `x` is a NaN: the compare of its halves with each other,
+// "unordered" (one vcmpunordps per two AVX2 vectors), then their or.
+llvm::Value* any_nan(llvm::IRBuilder<>& b, llvm::Value* x) {
+  const unsigned n = llvm::cast<llvm::FixedVectorType>(x->getType())->getNumElements();
+  return b.CreateOrReduce(n % 2 == 0 && n >= 16
+                              ? b.CreateFCmpUNO(b.CreateShuffleVector(x, lanes(0, n / 2)),
+                                                b.CreateShuffleVector(x, lanes(n / 2, n / 2)))
+                              : b.CreateFCmpUNO(x, x));
+}
+
+// The narrowing of an f32 vector with ONE test for NaNs (any_nan), and only where it finds one
+// the NaN lanes' selects. `narrow`: narrow_bits or rounded_bits.
 llvm::Value* nan_branch(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x,
                         llvm::Value* (*narrow)(llvm::IRBuilder<>&, llvm::Value*, bool)) {
-  auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
-  if (!vt) return narrow(b, x, true);
-  const unsigned n = vt->getNumElements();
-  llvm::Value* nan = n % 2 == 0 && n >= 16  // one vcmpunordps per two AVX2 vectors
-                         ? b.CreateFCmpUNO(b.CreateShuffleVector(x, lanes(0, n / 2)),
-                                           b.CreateShuffleVector(x, lanes(n / 2, n / 2)))
-                         : b.CreateFCmpUNO(x, x);
+  if (!x->getType()->isVectorTy()) return narrow(b, x, true);
   return branch_rarely(
-      b, m, b.CreateOrReduce(nan), [&](llvm::IRBuilder<>& slow) { return narrow(slow, x, true); },
+      b, m, any_nan(b, x), [&](llvm::IRBuilder<>& slow) { return narrow(slow, x, true); },
       [&](llvm::IRBuilder<>& fast) { return narrow(fast, x, false); });
+}
+
+// Word j of the bf16 of `even` lane j (low half) and `odd` lane j (high half), each narrowed by
+// the integer operations above.
+llvm::Value* pair_bits(llvm::IRBuilder<>& b, llvm::Value* even, llvm::Value* odd, bool with_nans) {
+  llvm::Value* e = rounded_bits(b, even, with_nans);
+  llvm::Value* o = rounded_bits(b, odd, with_nans);
+  auto k = [&](uint32_t v) { return llvm::ConstantInt::get(e->getType(), v); };
+  return b.CreateOr(b.CreateAnd(o, k(0xffff0000)), b.CreateLShr(e, k(16)));
+}
+
+// The same words for vectors without NaNs, rounded in 16-bit lanes, each instruction on as many
+// values as it has 16-bit lanes: `high` is the words the store takes, unrounded (odd's high half
+// and even's, shifted down, blended: vpblendw), `low` their low halves alike, and each 16-bit
+// lane of `high` goes up by one where nearest even says so. That is where low > 0x8000, or
+// low == 0x8000 and high is odd; equally where (low | (high & 1)) > 0x8000 unsigned (vpmaxuw,
+// vpcmpeqw), the carry subtracted as the compare's all-ones. 9 instructions per 16 values where
+// rounding each half and packing them took 11 (src/lower/README.md, "bf16 pairs in 16-bit
+// lanes"). No carry leaves a lane: 0xffff and 0x7fff are NaNs.
+llvm::Value* pair_bits_in_halves(llvm::IRBuilder<>& b, llvm::Value* even, llvm::Value* odd) {
+  const unsigned n = llvm::cast<llvm::FixedVectorType>(even->getType())->getNumElements();
+  llvm::Type* words = llvm::FixedVectorType::get(b.getInt32Ty(), n);
+  llvm::Type* halves = llvm::FixedVectorType::get(b.getInt16Ty(), 2 * n);
+  auto k32 = [&](uint32_t v) { return llvm::ConstantInt::get(words, v); };
+  auto k16 = [&](uint16_t v) { return llvm::ConstantInt::get(halves, v); };
+  llvm::Value* e = b.CreateBitCast(even, words);
+  llvm::Value* o = b.CreateBitCast(odd, words);
+  std::vector<int> blend;  // even 16-bit lanes from the first operand, odd ones from the second
+  for (unsigned i = 0; i < 2 * n; ++i) blend.push_back(static_cast<int>(i % 2 ? 2 * n + i : i));
+  auto blended = [&](llvm::Value* low_from, llvm::Value* high_from) {
+    return b.CreateShuffleVector(b.CreateBitCast(low_from, halves),
+                                 b.CreateBitCast(high_from, halves), blend);
+  };
+  llvm::Value* high = blended(b.CreateLShr(e, k32(16)), o);
+  llvm::Value* low = blended(e, b.CreateShl(o, k32(16)));
+  llvm::Value* carry = b.CreateICmpUGT(b.CreateOr(low, b.CreateAnd(high, k16(1))), k16(0x8000));
+  return b.CreateBitCast(b.CreateSub(high, b.CreateSExt(carry, halves)), words);
+}
+
+// pair_bits with ONE test for NaNs per pair of vectors (the compare of the two, "unordered"),
+// the NaN lanes' selects only where one is.
+llvm::Value* pair_nan_branch(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* even,
+                             llvm::Value* odd) {
+  if (!even->getType()->isVectorTy()) return pair_bits(b, even, odd, true);
+  return branch_rarely(
+      b, m, b.CreateOrReduce(b.CreateFCmpUNO(even, odd)),
+      [&](llvm::IRBuilder<>& slow) { return pair_bits(slow, even, odd, true); },
+      [&](llvm::IRBuilder<>& fast) { return pair_bits_in_halves(fast, even, odd); });
 }
 
 // vcvtne2ps2bf16 of each 32 lanes of `x` (a multiple of 32 f32 lanes), concatenated.
@@ -201,6 +252,19 @@ void finish_bf16_pass(llvm::Module& m) {
   replace_unary_lane_calls(
       m, kF32ToBf16RoundedNanBranch,
       [&](llvm::IRBuilder<>& b, llvm::Value* x) { return nan_branch(b, m, x, rounded_bits); });
+  replace_lane_calls(m, kF32PairToBf16NanBranch,
+                     [&](llvm::IRBuilder<>& b, const std::vector<llvm::Value*>& args) {
+                       return pair_nan_branch(b, m, args[0], args[1]);
+                     });
+  replace_lane_calls(
+      m, kF32PairToBf16, [&](llvm::IRBuilder<>& b, const std::vector<llvm::Value*>& args) {
+        return args[0]->getType()->isVectorTy() ? pair_bits_in_halves(b, args[0], args[1])
+                                                : pair_bits(b, args[0], args[1], true);
+      });
+  replace_lane_calls(m, kUnordered,
+                     [&](llvm::IRBuilder<>& b, const std::vector<llvm::Value*>& args) {
+                       return b.CreateFCmpUNO(args[0], args[1]);
+                     });
   bool changed = false;
   replace_unary_lane_calls(
       m, kF32ToBf16, [&](llvm::IRBuilder<>& b, llvm::Value* x) -> llvm::Value* {
@@ -244,7 +308,8 @@ void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx51
   // the widening's zero-extensions and shifts and the narrowing's packs out of them (AVX2 and
   // AVX-512 alike; src/lower/README.md, "bf16 in even/odd lane order", has the measurements).
   if (mode == Narrowing::NanBranch || mode == Narrowing::PackedHalves)
-    p.add_custom_lowering_pass(new EvenOddLanes);
+    p.add_custom_lowering_pass(new EvenOddLanes(
+        mode == Narrowing::NanBranch ? StoreNarrowing::Pairs : StoreNarrowing::RoundedHalves));
   p.add_custom_lowering_pass(new Bf16Conversions(mode));
 }
 

@@ -44,14 +44,24 @@ constexpr const char* kF32ToBf16NanBranch = "optfuse_f32_to_bf16_bits_nan_branch
 // uint32_t(float): the same rounding left in the high half, the low half what the rounding add
 // left there (even_odd.h); a NaN's high half is its quiet NaN.
 constexpr const char* kF32ToBf16RoundedNanBranch = "optfuse_f32_to_bf16_rounded_nan_branch";
+// uint32_t(float even, float odd): both narrowed as above, even's bf16 in the low half and odd's
+// in the high half (even_odd.h). Vectors of both are rounded in 16-bit lanes: the high halves
+// of a vector's even and odd lanes interleaved (the word the store takes), their low halves
+// likewise, and one carry per 16-bit lane, nearest even (finish_bf16_pass).
+constexpr const char* kF32PairToBf16NanBranch = "optfuse_f32_pair_to_bf16_nan_branch";
+// The same without the NaN test: a NaN lane's word is unspecified (one_nan_test.h writes it
+// again).
+constexpr const char* kF32PairToBf16 = "optfuse_f32_pair_to_bf16";
+// bool(float a, float b): whether a or b is a NaN, one compare "unordered" per pair of vectors
+// (one_nan_test.h tests the even and odd halves of a value so, as the tests above do).
+constexpr const char* kUnordered = "optfuse_f32_unordered";
 
 // Adds the pass to `p` for every target: on CUDA it is also what lets bf16 stores compile (LLVM
 // 14's NVPTX backend cannot select an f32 -> bf16 fp_round). `avx512_bf16`: x86 CPU targets
 // with AVX-512BW narrow with vcvtne2ps2bf16.
 void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx512_bf16);
 
-// The pass's LLVM half (the kF32ToBf16, kF32ToBf16NanBranch and kF32ToBf16RoundedNanBranch
-// calls; a module without them is left as it is).
+// The pass's LLVM half (the calls above; a module without them is left as it is).
 void finish_bf16_pass(llvm::Module& m);
 
 }  // namespace optfuse::lower

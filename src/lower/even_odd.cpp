@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "lower/bf16.h"
+#include "lower/one_nan_test.h"
 
 namespace optfuse::lower {
 namespace {
@@ -164,11 +165,14 @@ class Qualifies : public IRVisitor {
 // The rewrite of a qualifying loop body.
 class Rewrite : public IRMutator {
  public:
-  explicit Rewrite(const Scope<Order>& outer) { vars_.set_containing_scope(&outer); }
+  Rewrite(const Scope<Order>& outer, StoreNarrowing narrowing) : narrowing_(narrowing) {
+    vars_.set_containing_scope(&outer);
+  }
 
  private:
   using IRMutator::visit;
   Scope<Order> vars_;
+  StoreNarrowing narrowing_;
 
   Expr visit(const Let* op) override {
     ScopedBinding<Order> bind(op->value.type().lanes() > 1, vars_, op->name,
@@ -194,22 +198,30 @@ class Rewrite : public IRMutator {
     return op->type == value.type() ? value : Cast::make(op->type, value);
   }
 
-  // A narrowing stored: rounded in the high halves, then word j takes its low half from even
-  // lane j and its high half from odd lane j.
+  // A narrowing stored: word j of the stored vector holds even lane j in its low half and odd
+  // lane j in its high half.
   Stmt visit(const Store* op) override {
     const Cast* narrowing = op->value.as<Cast>();
     if (!narrowing || order_of(op->value, vars_) != Order::EvenOdd) return IRMutator::visit(op);
     const int lanes = narrowing->type.lanes();
     Expr x = mutate(narrowing->value);
     if (x.type() != Halide::Float(32, lanes)) x = Cast::make(Halide::Float(32, lanes), x);
-    Expr rounded =
-        Call::make(Halide::UInt(32, lanes), kF32ToBf16RoundedNanBranch, {x}, Call::PureExtern);
-    std::vector<int> halves;
-    for (int j = 0; j < lanes / 2; ++j) {  // the high 16 bits of lanes j and lanes/2 + j
-      halves.push_back(2 * j + 1);
-      halves.push_back(lanes + 2 * j + 1);
+    Expr bits;
+    if (narrowing_ == StoreNarrowing::Pairs) {  // word j of even lane j and odd lane j
+      bits = Call::make(Halide::UInt(32, lanes / 2), kF32PairToBf16NanBranch,
+                        {Shuffle::make_slice(x, 0, 1, lanes / 2),
+                         Shuffle::make_slice(x, lanes / 2, 1, lanes / 2)},
+                        Call::PureExtern);
+    } else {  // rounded in the high halves; of lanes j and lanes/2 + j those, interleaved
+      Expr rounded =
+          Call::make(Halide::UInt(32, lanes), kF32ToBf16RoundedNanBranch, {x}, Call::PureExtern);
+      std::vector<int> halves;
+      for (int j = 0; j < lanes / 2; ++j) {
+        halves.push_back(2 * j + 1);
+        halves.push_back(lanes + 2 * j + 1);
+      }
+      bits = Shuffle::make({reinterpret(Halide::UInt(16, 2 * lanes), rounded)}, halves);
     }
-    Expr bits = Shuffle::make({reinterpret(Halide::UInt(16, 2 * lanes), rounded)}, halves);
     return Store::make(op->name, reinterpret(narrowing->type, bits), mutate(op->index), op->param,
                        mutate(op->predicate), op->alignment);
   }
@@ -227,8 +239,13 @@ class ContainsLoop : public IRVisitor {
 // Finds the innermost loops. Vector variables bound outside them keep memory order (nothing
 // there is rewritten), unless uniform.
 class InnermostLoops : public IRMutator {
+ public:
+  explicit InnermostLoops(StoreNarrowing narrowing) : narrowing_(narrowing) {}
+
+ private:
   using IRMutator::visit;
   Scope<Order> vars_;
+  StoreNarrowing narrowing_;
 
   Order outside(const Expr& e) {
     return order_of(e, vars_) == Order::Uniform ? Order::Uniform : Order::Memory;
@@ -248,13 +265,16 @@ class InnermostLoops : public IRMutator {
     Qualifies q(vars_);
     op->body.accept(&q);
     if (!q.ok || !q.widens) return op;
-    return For::make(op->name, op->min, op->extent, op->for_type, op->device_api,
-                     Rewrite(vars_).mutate(op->body));
+    Stmt body = Rewrite(vars_, narrowing_).mutate(op->body);
+    if (narrowing_ == StoreNarrowing::Pairs) body = with_one_nan_test(body);
+    return For::make(op->name, op->min, op->extent, op->for_type, op->device_api, body);
   }
 };
 
 }  // namespace
 
-Stmt even_odd_lanes(const Stmt& s) { return InnermostLoops().mutate(s); }
+Stmt even_odd_lanes(const Stmt& s, StoreNarrowing narrowing) {
+  return InnermostLoops(narrowing).mutate(s);
+}
 
 }  // namespace optfuse::lower

@@ -12,10 +12,12 @@
 // j and element 2j+1 in the high half, so `w << 16` is the even elements as f32 and
 // `w & 0xffff0000` the odd ones, with no shuffle. An element-wise update may run on its lanes in
 // any order, so the pass widens each bf16 vector to its k even elements followed by its k odd
-// ones, leaves the arithmetic as it is, and at each store puts the halves back: rounded, every
-// lane has its bf16 in its high half, and one shuffle of 16-bit halves takes those of even lane j
-// and odd lane j into word j. The rounding is a call of kF32ToBf16RoundedNanBranch (bf16.h),
-// which finish_bf16_pass makes the NaN-branch narrowing without its final shift.
+// ones, leaves the arithmetic as it is, and at each store puts the halves back: word j takes
+// even lane j's bf16 as its low half and odd lane j's as its high half. On AVX2 (and SSE4.1)
+// each store is a call of kF32PairToBf16NanBranch (bf16.h) of the two halves, which
+// finish_bf16_pass rounds in 16-bit lanes, 16 values per instruction; on AVX-512BW it is a call
+// of kF32ToBf16RoundedNanBranch (the rounding left in the high halves) and one shuffle of 16-bit
+// halves (vpermt2w). StoreNarrowing says which.
 //
 // Where: each innermost loop whose vector values are all element-wise functions of bf16 vectors
 // widened in it, of scalars and of broadcasts, and whose stores of such values store their
@@ -27,16 +29,26 @@
 
 namespace optfuse::lower {
 
+// How a rewritten store narrows (see above).
+enum class StoreNarrowing {
+  Pairs,          // kF32PairToBf16NanBranch of even lane j and odd lane j: word j
+  RoundedHalves,  // kF32ToBf16RoundedNanBranch of every lane, then a shuffle of 16-bit halves
+};
+
 // `s` with its qualifying innermost loops in even/odd lane order.
-Halide::Internal::Stmt even_odd_lanes(const Halide::Internal::Stmt& s);
+Halide::Internal::Stmt even_odd_lanes(const Halide::Internal::Stmt& s, StoreNarrowing narrowing);
 
 // The lowering pass of the function above, for Pipeline::add_custom_lowering_pass.
 class EvenOddLanes : public Halide::Internal::IRMutator {
  public:
+  explicit EvenOddLanes(StoreNarrowing narrowing) : narrowing_(narrowing) {}
   Halide::Internal::Stmt mutate(const Halide::Internal::Stmt& s) override {
-    return even_odd_lanes(s);
+    return even_odd_lanes(s, narrowing_);
   }
   using Halide::Internal::IRMutator::mutate;
+
+ private:
+  StoreNarrowing narrowing_;
 };
 
 }  // namespace optfuse::lower

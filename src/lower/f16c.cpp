@@ -6,7 +6,7 @@
 #include <string>
 
 #include "lower/float_widening.h"
-#include "lower/unary_lanes.h"
+#include "lower/lane_calls.h"
 
 namespace optfuse::lower {
 namespace {
@@ -49,7 +49,7 @@ void add_f16c_pass(Halide::Pipeline& p, const Halide::Target& target) {
 
 // Halide emits each vector conversion call lane by lane (extractelement, call,
 // insertelement). The calls of each vector become ONE whole-vector conversion
-// (replace_unary_lane_calls, unary_lanes.h), a lone scalar call a scalar one: fpext half ->
+// (replace_unary_lane_calls, lane_calls.h), a lone scalar call a scalar one: fpext half ->
 // float and fptrunc float -> half, which x86 with F16C selects as vcvtph2ps / vcvtps2ph (round
 // to nearest even).
 void finish_f16c_pass(llvm::Module& m) {

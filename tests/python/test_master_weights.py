@@ -51,9 +51,10 @@ def compare(ours, ref, where):
     o[body:] = r[body:]
 
 
-def twins(dtype, make_ref, make_ours, steps, shapes=SHAPES):
+def twins(dtype, make_ref, make_ours, steps, shapes=SHAPES, spoil=None, compare=compare):
     """Runs torch's optimizer and optfuse's on the same 16-bit params and gradients, comparing
-    params and state after every step (see the top of this file)."""
+    params and state after every step (see the top of this file). `spoil(g, step)` changes a
+    gradient in place before both see it."""
     p0 = [p.to(dtype) for p in make_params(shapes=shapes)]
     ref = [p.clone().requires_grad_() for p in p0]
     ours = [p.clone().requires_grad_() for p in p0]
@@ -61,6 +62,8 @@ def twins(dtype, make_ref, make_ours, steps, shapes=SHAPES):
     for step in range(steps):
         for k, (r, o) in enumerate(zip(ref, ours)):
             g = grad_for(r, step, k)
+            if spoil is not None:
+                spoil(g, step)
             r.grad = g.clone()
             o.grad = g.clone()
         a.step()
@@ -94,6 +97,37 @@ def test_adamw_matches_torch_fused_bit_for_bit(dtype):
     # torch's state layout, no master copy: 14 bytes per element in bf16.
     assert set(b.state[ours[0]]) == set(a.state[ref[0]]) == {"step", "exp_avg", "exp_avg_sq"}
     assert b.state[ours[0]]["exp_avg"].dtype == dtype
+
+
+def compare_nans(ours, ref, where):
+    """NaNs at the same elements (their payloads are each library's own: torch's vector loop
+    writes one of its own, optfuse keeps the operand's, quiet); every other element bit for bit."""
+    o, r = ours.view(-1), ref.view(-1)
+    assert torch.equal(o.isnan(), r.isnan()), f"{where}: NaNs at other elements"
+    assert torch.equal(o[~o.isnan()], r[~r.isnan()]), f"{where}: {differ(o, r)}"
+
+
+def test_adamw_with_nan_and_inf_grads_matches_torch_fused():
+    """Gradients with NaNs and infinities in a few elements (a bad batch, an overflowed loss
+    scale): the elements they reach become NaN or infinite here as in torch, every other keeps
+    torch's bits. On CPUs without AVX512-BF16 the NaN lanes take the kernel's NaN path
+    (src/lower/one_nan_test.h); sizes without torch's scalar tail, so all elements compare."""
+
+    def spoil(g, step):
+        flat = g.view(-1)
+        flat[step % 7 :: 97] = float("nan")
+        flat[(step + 3) % 11 :: 89] = float("inf")
+        flat[(step + 5) % 13 :: 131] = -float("inf")
+
+    twins(
+        torch.bfloat16,
+        lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
+        lambda ps: oft.AdamW(ps, lr=1e-2, weight_decay=0.1, master_weights=False),
+        steps=12,
+        shapes=WHOLE,
+        spoil=spoil,
+        compare=compare_nans,
+    )
 
 
 @pytest.mark.parametrize(

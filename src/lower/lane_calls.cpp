@@ -1,4 +1,4 @@
-#include "lower/unary_lanes.h"
+#include "lower/lane_calls.h"
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
@@ -56,17 +56,48 @@ bool chain_of(llvm::CallInst* call, llvm::Function* fn, Chain* chain) {
   return true;
 }
 
+// The chain's calls' arguments, argument by argument, each gathered into a vector at b.
+std::vector<llvm::Value*> gathered_arguments(llvm::IRBuilder<>& b, const Chain& chain) {
+  std::vector<llvm::Value*> args;
+  const unsigned lanes = static_cast<unsigned>(chain.lanes.size());
+  for (unsigned a = 0; a < chain.lanes[0]->arg_size(); ++a) {
+    llvm::Value* v = llvm::UndefValue::get(
+        llvm::FixedVectorType::get(chain.lanes[0]->getArgOperand(a)->getType(), lanes));
+    for (unsigned i = 0; i < lanes; ++i)
+      v = b.CreateInsertElement(v, chain.lanes[i]->getArgOperand(a), b.getInt64(i));
+    args.push_back(v);
+  }
+  return args;
+}
+
+// Replaces the chain's vector by `converted` and erases the chain and its calls.
+void replace_chain(const Chain& chain, llvm::Value* converted, std::set<llvm::CallInst*>* erased) {
+  chain.last->replaceAllUsesWith(converted);
+  for (llvm::Value* v = chain.last; auto* x = llvm::dyn_cast<llvm::InsertElementInst>(v);) {
+    v = x->getOperand(0);
+    x->eraseFromParent();
+  }
+  for (llvm::CallInst* c : chain.lanes) {
+    erased->insert(c);
+    c->eraseFromParent();
+  }
+}
+
+std::vector<llvm::CallInst*> calls_of(llvm::Function* fn) {
+  std::vector<llvm::CallInst*> calls;
+  for (llvm::User* u : fn->users())
+    if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
+  return calls;
+}
+
 }  // namespace
 
 void replace_unary_lane_calls(llvm::Module& m, const char* name, const UnaryLanes& convert) {
   llvm::Function* fn = m.getFunction(name);
   if (!fn) return;
   std::map<llvm::Value*, llvm::Value*> whole;  // source vector -> its converted vector
-  std::vector<llvm::CallInst*> calls;
-  for (llvm::User* u : fn->users())
-    if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
   std::set<llvm::CallInst*> erased;
-  for (llvm::CallInst* call : calls) {
+  for (llvm::CallInst* call : calls_of(fn)) {
     if (erased.count(call)) continue;
     llvm::Value* arg = call->getArgOperand(0);
     llvm::Value* result;
@@ -78,19 +109,7 @@ void replace_unary_lane_calls(llvm::Module& m, const char* name, const UnaryLane
       // of a loaded vector into a scalar load; the code generator folds the gathering back),
       // converted once, in place of the chain's vector.
       llvm::IRBuilder<> b(chain.last);
-      llvm::Value* args = llvm::UndefValue::get(
-          llvm::FixedVectorType::get(arg->getType(), static_cast<unsigned>(chain.lanes.size())));
-      for (size_t i = 0; i < chain.lanes.size(); ++i)
-        args = b.CreateInsertElement(args, chain.lanes[i]->getArgOperand(0), b.getInt64(i));
-      chain.last->replaceAllUsesWith(convert(b, args));
-      for (llvm::Value* v = chain.last; auto* x = llvm::dyn_cast<llvm::InsertElementInst>(v);) {
-        v = x->getOperand(0);
-        x->eraseFromParent();
-      }
-      for (llvm::CallInst* c : chain.lanes) {
-        erased.insert(c);
-        c->eraseFromParent();
-      }
+      replace_chain(chain, convert(b, gathered_arguments(b, chain)[0]), &erased);
       continue;
     } else if (lane && llvm::isa<llvm::ConstantInt>(lane->getIndexOperand())) {
       llvm::Value* source = lane->getVectorOperand();
@@ -106,6 +125,26 @@ void replace_unary_lane_calls(llvm::Module& m, const char* name, const UnaryLane
       result = convert(b, arg);
     }
     call->replaceAllUsesWith(result);
+    call->eraseFromParent();
+  }
+  if (fn->use_empty()) fn->eraseFromParent();
+}
+
+void replace_lane_calls(llvm::Module& m, const char* name, const LaneCalls& convert) {
+  llvm::Function* fn = m.getFunction(name);
+  if (!fn) return;
+  std::set<llvm::CallInst*> erased;
+  for (llvm::CallInst* call : calls_of(fn)) {
+    if (erased.count(call)) continue;
+    Chain chain;
+    if (chain_of(call, fn, &chain)) {
+      llvm::IRBuilder<> b(chain.last);
+      replace_chain(chain, convert(b, gathered_arguments(b, chain)), &erased);
+      continue;
+    }
+    llvm::IRBuilder<> b(call);
+    call->replaceAllUsesWith(
+        convert(b, std::vector<llvm::Value*>(call->arg_begin(), call->arg_end())));
     call->eraseFromParent();
   }
   if (fn->use_empty()) fn->eraseFromParent();
