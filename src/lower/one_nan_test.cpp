@@ -1,5 +1,6 @@
 #include "lower/one_nan_test.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -192,6 +193,20 @@ class Untested : public IRMutator {
   }
 };
 
+// reinterpret(`stored`, the words of x's even and odd halves' bf16): the integer narrowing of
+// optim::to_bf16_bits (nearest even; a NaN's quiet NaN), as vector operations.
+Expr exact_pairs(const Expr& x, Halide::Type stored) {
+  const int half = x.type().lanes() / 2;
+  const Halide::Type u32 = Halide::UInt(32, half);
+  auto rounded = [&](int first) {  // the bf16 in the high half
+    Expr bits = reinterpret(u32, Shuffle::make_slice(x, first, 1, half));
+    Expr nearest_even = bits + (make_const(u32, 0x7fff) + ((bits >> 16) & make_const(u32, 1)));
+    Expr is_nan = (bits & make_const(u32, 0x7fffffff)) > make_const(u32, 0x7f800000);
+    return select(is_nan, bits | make_const(u32, 0x400000), nearest_even);
+  };
+  return reinterpret(stored, (rounded(half) & make_const(u32, 0xffff0000)) | (rounded(0) >> 16));
+}
+
 // `s` with each statement bound by a LetStmt followed by the rest of its block inside that
 // LetStmt: {let a = v in s1; s2} becomes let a = v in {s1; s2}. The same values in the same
 // order (the body's names are unique), and every name bound before a statement in scope there.
@@ -245,6 +260,28 @@ Stmt frees_last(const Stmt& s) {
   return Block::make(seq);
 }
 
+// Each pair store's value bound to a name of its own just before the store, so that the test and
+// the second writes use the value computed for the store (an expression again would be
+// generated again, and merged by LLVM only after it compiled it twice).
+class BindValues : public IRMutator {
+  using IRMutator::visit;
+  Stmt visit(const Store* op) override {
+    const Call* c = pair_call(op);
+    if (!c) return op;
+    const Expr x = c->args[0].as<Shuffle>()->vectors[0];
+    const int half = x.type().lanes() / 2;
+    const std::string name = unique_name("pair_value");
+    const Expr v = Variable::make(x.type(), name);
+    const Expr call =
+        Call::make(c->type, c->name,
+                   {Shuffle::make_slice(v, 0, 1, half), Shuffle::make_slice(v, half, 1, half)},
+                   Call::PureExtern);
+    return LetStmt::make(name, x,
+                         Store::make(op->name, reinterpret(op->value.type(), call), op->index,
+                                     op->param, op->predicate, op->alignment));
+  }
+};
+
 // The NaN tests of `s`'s pair stores made one (undefined where that saves none). `body`: what
 // the loop body binds and allocates.
 Stmt one_test(const Stmt& s, const Collect& body) {
@@ -260,16 +297,19 @@ Stmt one_test(const Stmt& s, const Collect& body) {
   for (const PairStore& p : c.stores) values.push_back(expand.mutate(p.x));
   NanReaches reaches;
   // Sinks: the stores no other store's value covers (two that cover each other both are).
-  Expr any_nan;
-  size_t sinks = 0;
-  for (size_t i = 0; i < values.size(); ++i) {
-    bool covered = false;
+  std::vector<bool> sink(values.size(), true);
+  for (size_t i = 0; i < values.size(); ++i)
     for (size_t j = 0; j < values.size(); ++j)
-      covered =
-          covered || (j != i && reaches(values[j], values[i]) && !reaches(values[i], values[j]));
-    if (covered) continue;
-    ++sinks;
-    const Expr& x = c.stores[i].x;
+      if (j != i && reaches(values[j], values[i]) && !reaches(values[i], values[j]))
+        sink[i] = false;
+  if (std::find(sink.begin(), sink.end(), false) == sink.end()) return Stmt();
+  const Stmt lifted_bound = lets_lifted(BindValues().mutate(lifted));
+  Collect b;
+  lifted_bound.accept(&b);
+  Expr any_nan;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!sink[i]) continue;
+    const Expr& x = b.stores[i].x;
     const int half = x.type().lanes() / 2;
     Expr test = VectorReduce::make(
         VectorReduce::Or,
@@ -279,13 +319,16 @@ Stmt one_test(const Stmt& s, const Collect& body) {
         1);
     any_nan = any_nan.defined() ? (any_nan || test) : test;
   }
-  if (sinks == values.size()) return Stmt();
-  // The fix-up: the stores as even_odd.cpp made them, each with its own test, exact.
+  // The fix-up: each store again, narrowed exactly by integer operations on whole vectors (no
+  // call Halide would emit lane by lane: those cost compile time).
   std::vector<Stmt> exact;
-  for (const PairStore& p : c.stores) exact.push_back(p.store);
+  for (const PairStore& p : b.stores)
+    exact.push_back(Store::make(p.store->name, exact_pairs(p.x, p.store->value.type()),
+                                p.store->index, p.store->param, p.store->predicate,
+                                p.store->alignment));
   const Stmt fixup = IfThenElse::make(any_nan, Block::make(exact));
-  PlaceAfter place(c.stores.back().store, fixup);
-  const Stmt placed = place.mutate(lifted);
+  PlaceAfter place(b.stores.back().store, fixup);
+  const Stmt placed = place.mutate(lifted_bound);
   if (!place.placed) return Stmt();
   // Every name `s` binds that the fix-up uses is bound where it is: lets_lifted put the last
   // store inside all the LetStmts before it; one bound after it, or in a branch, would not be.
@@ -317,7 +360,7 @@ Stmt one_test(const Stmt& s, const Collect& body) {
   FreeVariables uses;
   fixup.accept(&uses);
   for (const std::string& n : uses.names)
-    if (c.bound.count(n) && !bound.in_scope.count(n)) return Stmt();
+    if (b.bound.count(n) && !bound.in_scope.count(n)) return Stmt();
   return Untested(fixup).mutate(placed);
 }
 

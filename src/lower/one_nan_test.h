@@ -12,9 +12,11 @@
 // operations that return a NaN for a NaN operand (+, -, *, /, square roots, float casts), a NaN
 // in the latter's lane is one in the former's too. Only the stores no other store's value covers
 // so ("sinks") are tested, once, after the last store: every store narrows without its test
-// (kF32PairToBf16), and if a sink has a NaN lane, every store is written again with the exact
-// narrowing (kF32PairToBf16NanBranch). The stores' values and addresses are in scope there and
-// their inputs already read, so the second writes store what the first should have.
+// (kF32PairToBf16), and if a sink has a NaN lane, every store is written again, narrowed exactly
+// by integer operations on whole vectors (as optim::to_bf16_bits). The stores' values and
+// addresses are in scope there and their inputs already read, so the second writes store what
+// the first should have. Each stored value is bound to a name first, so that the test and the
+// second writes reuse it instead of generating its arithmetic again (src/lower/README.md).
 //
 // Where: innermost loop bodies even_odd.cpp rewrote with StoreNarrowing::Pairs, when at least one
 // store's value is covered by another's and every value the second writes need is bound where
