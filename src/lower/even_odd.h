@@ -17,7 +17,8 @@
 // each store is a call of kF32PairToBf16NanBranch (bf16.h) of the two halves, which
 // finish_bf16_pass rounds in 16-bit lanes, 16 values per instruction; on AVX-512BW it is a call
 // of kF32ToBf16RoundedNanBranch (the rounding left in the high halves) and one shuffle of 16-bit
-// halves (vpermt2w). StoreNarrowing says which.
+// halves (vpermt2w). StoreNarrowing says which. With pairs, stores whose values' NaNs reach
+// another store's value share its NaN test (one_nan_test.h).
 //
 // Where: each innermost loop whose vector values are all element-wise functions of bf16 vectors
 // widened in it, of scalars and of broadcasts, and whose stores of such values store their

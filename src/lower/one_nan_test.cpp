@@ -176,17 +176,9 @@ bool allocates(const Stmt& s) {
   return finds.found;
 }
 
-// Each pair store but those in `keep` narrowing without its NaN test.
+// Each pair store narrowing without its NaN test (the second writes narrow by exact_pairs).
 class Untested : public IRMutator {
- public:
-  explicit Untested(const Stmt& keep) : keep_(keep.get()) {}
-
- private:
   using IRMutator::visit;
-  const IRNode* keep_;
-  Stmt visit(const IfThenElse* op) override {
-    return op == keep_ ? Stmt(op) : IRMutator::visit(op);
-  }
   Expr visit(const Call* op) override {
     if (op->name != kF32PairToBf16NanBranch) return IRMutator::visit(op);
     return Call::make(op->type, kF32PairToBf16, op->args, Call::PureExtern);
@@ -361,7 +353,7 @@ Stmt one_test(const Stmt& s, const Collect& body) {
   fixup.accept(&uses);
   for (const std::string& n : uses.names)
     if (b.bound.count(n) && !bound.in_scope.count(n)) return Stmt();
-  return Untested(fixup).mutate(placed);
+  return Untested().mutate(placed);
 }
 
 // Each largest statement with two or more pair stores and no allocation given one test where
