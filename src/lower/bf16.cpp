@@ -64,13 +64,10 @@ class Bf16Conversions : public IRMutator {
       return reinterpret(to, Call::make(u16, kF32ToBf16, {value}, Call::PureExtern));
     if (mode_ == Narrowing::NanBranch && lanes >= 8)  // one NaN test per vector
       return reinterpret(to, Call::make(u16, kF32ToBf16NanBranch, {value}, Call::PureExtern));
+    if (lanes == 1 || mode_ == Narrowing::Integer || mode_ == Narrowing::NanBranch)
+      return reinterpret(to, bf16_bits_of(value));
     Expr bits = reinterpret(u32, value);
     Expr is_nan = (bits & 0x7fffffff) > 0x7f800000;
-    if (lanes == 1 || mode_ == Narrowing::Integer || mode_ == Narrowing::NanBranch) {
-      Expr nearest_even = (bits + (0x7fff + ((bits >> 16) & 1))) >> 16;
-      Expr quiet_nan = (bits >> 16) | 0x40;  // a NaN plus the carry could become an infinity
-      return reinterpret(to, cast(u16, select(is_nan, quiet_nan, nearest_even)));
-    }
     // The same values, computed in the high halves of the 32-bit lanes and packed by ONE shuffle
     // of the 16-bit halves (vpermt2w) instead of a shift and a narrowing (vpsrld,
     // vpmovdw) per 16 lanes and an insert per 32; the rounding bias as a select on the lowest
@@ -176,7 +173,7 @@ llvm::Value* pair_bits(llvm::IRBuilder<>& b, llvm::Value* even, llvm::Value* odd
 // lane of `high` goes up by one where nearest even says so. That is where low > 0x8000, or
 // low == 0x8000 and high is odd; equally where (low | (high & 1)) > 0x8000 unsigned (vpmaxuw,
 // vpcmpeqw), the carry subtracted as the compare's all-ones. 9 instructions per 16 values where
-// rounding each half and packing them took 11 (src/lower/README.md, "bf16 pairs in 16-bit
+// rounding each half and packing them took 11 (src/lower/bf16.md, "bf16 pairs in 16-bit
 // lanes"). No carry leaves a lane: 0xffff and 0x7fff are NaNs.
 llvm::Value* pair_bits_in_halves(llvm::IRBuilder<>& b, llvm::Value* even, llvm::Value* odd) {
   const unsigned n = llvm::cast<llvm::FixedVectorType>(even->getType())->getNumElements();
@@ -245,6 +242,15 @@ llvm::Value* any_subnormal(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x
 
 }  // namespace
 
+Expr bf16_bits_of(const Expr& f32) {
+  const int lanes = f32.type().lanes();
+  Expr bits = reinterpret(Halide::UInt(32, lanes), f32);
+  Expr is_nan = (bits & 0x7fffffff) > 0x7f800000;
+  Expr nearest_even = (bits + (0x7fff + ((bits >> 16) & 1))) >> 16;
+  Expr quiet_nan = (bits >> 16) | 0x40;  // a NaN plus the carry could become an infinity
+  return cast(Halide::UInt(16, lanes), select(is_nan, quiet_nan, nearest_even));
+}
+
 void finish_bf16_pass(llvm::Module& m) {
   replace_unary_lane_calls(m, kF32ToBf16NanBranch, [&](llvm::IRBuilder<>& b, llvm::Value* x) {
     return nan_branch(b, m, x, narrow_bits);
@@ -306,7 +312,7 @@ void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx51
                                        : Narrowing::PackedHalves;
   // Without AVX512-BF16, all-bf16 loops first run in even/odd lane order (even_odd.h): it takes
   // the widening's zero-extensions and shifts and the narrowing's packs out of them (AVX2 and
-  // AVX-512 alike; src/lower/README.md, "bf16 in even/odd lane order", has the measurements).
+  // AVX-512 alike; src/lower/bf16.md, "bf16 in even/odd lane order", has the measurements).
   if (mode == Narrowing::NanBranch || mode == Narrowing::PackedHalves)
     p.add_custom_lowering_pass(new EvenOddLanes(
         mode == Narrowing::NanBranch ? StoreNarrowing::Pairs : StoreNarrowing::RoundedHalves));

@@ -20,7 +20,7 @@
 // packed by one vpermt2w per 32 lanes (README.md, "Whole-vector FMA and square root"). On other
 // x86 CPUs (AVX2) a vector's NaN lanes cost 4 of its 9 instructions per 8 lanes, so each vector
 // is tested for NaNs once (one vcmpunordps per two 8-lane halves) and only a vector with one
-// takes the NaN lanes' selects (README.md, "bf16 narrowing on AVX2"): a call of
+// takes the NaN lanes' selects (bf16.md, "bf16 narrowing on AVX2"): a call of
 // kF32ToBf16NanBranch, made into the test and both paths by finish_bf16_pass as below.
 //
 // On CPUs with AVX512-BF16 (lower.h, CpuExtras) a vector of a multiple of 32 lanes narrows by
@@ -55,6 +55,10 @@ constexpr const char* kF32PairToBf16 = "optfuse_f32_pair_to_bf16";
 // bool(float a, float b): whether a or b is a NaN, one compare "unordered" per pair of vectors
 // (one_nan_test.h tests the even and odd halves of a value so, as the tests above do).
 constexpr const char* kUnordered = "optfuse_f32_unordered";
+
+// The bf16 bits (u16 lanes) of f32 lanes by the integer operations above: nearest even, a NaN's
+// quiet NaN (as optim::to_bf16_bits). What the pass emits where no instruction narrows.
+Halide::Expr bf16_bits_of(const Halide::Expr& f32);
 
 // Adds the pass to `p` for every target: on CUDA it is also what lets bf16 stores compile (LLVM
 // 14's NVPTX backend cannot select an f32 -> bf16 fp_round). `avx512_bf16`: x86 CPU targets

@@ -4,7 +4,7 @@
 // Why: widening a bf16 vector moves each 16-bit lane into the high half of a 32-bit lane
 // (vpmovzxwd, vpslld), and narrowing shifts it back and packs (vpsrld, vpackusdw, vpermq). In the
 // unmastered bf16 AdamW on AVX2 that was a quarter of the loop's instructions, and AMD's Zen 1 runs
-// each of those at one 256-bit instruction per 2 cycles (src/lower/README.md, "bf16 in even/odd
+// each of those at one 256-bit instruction per 2 cycles (src/lower/bf16.md, "bf16 in even/odd
 // lane order"). AVX-512 without AVX512-BF16 widens the same way; there the unmastered step ran
 // 7-8% faster in even/odd order (a Sapphire Rapids Xeon compiled for that target; same section).
 //

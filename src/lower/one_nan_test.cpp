@@ -185,18 +185,15 @@ class Untested : public IRMutator {
   }
 };
 
-// reinterpret(`stored`, the words of x's even and odd halves' bf16): the integer narrowing of
-// optim::to_bf16_bits (nearest even; a NaN's quiet NaN), as vector operations.
+// reinterpret(`stored`, the words of x's even and odd halves' bf16), exactly (bf16_bits_of), as
+// vector operations.
 Expr exact_pairs(const Expr& x, Halide::Type stored) {
   const int half = x.type().lanes() / 2;
   const Halide::Type u32 = Halide::UInt(32, half);
-  auto rounded = [&](int first) {  // the bf16 in the high half
-    Expr bits = reinterpret(u32, Shuffle::make_slice(x, first, 1, half));
-    Expr nearest_even = bits + (make_const(u32, 0x7fff) + ((bits >> 16) & make_const(u32, 1)));
-    Expr is_nan = (bits & make_const(u32, 0x7fffffff)) > make_const(u32, 0x7f800000);
-    return select(is_nan, bits | make_const(u32, 0x400000), nearest_even);
+  auto bf16 = [&](int first) {
+    return Cast::make(u32, bf16_bits_of(Shuffle::make_slice(x, first, 1, half)));
   };
-  return reinterpret(stored, (rounded(half) & make_const(u32, 0xffff0000)) | (rounded(0) >> 16));
+  return reinterpret(stored, (bf16(half) << 16) | bf16(0));
 }
 
 // `s` with each statement bound by a LetStmt followed by the rest of its block inside that
@@ -275,8 +272,8 @@ class BindValues : public IRMutator {
 };
 
 // The NaN tests of `s`'s pair stores made one (undefined where that saves none). `body`: what
-// the loop body binds and allocates.
-Stmt one_test(const Stmt& s, const Collect& body) {
+// the loop body binds and allocates; `expand` substitutes what it binds.
+Stmt one_test(const Stmt& s, const Collect& body, Expanded& expand) {
   const Stmt lifted = lets_lifted(frees_last(s));
   Collect c;
   lifted.accept(&c);
@@ -284,7 +281,6 @@ Stmt one_test(const Stmt& s, const Collect& body) {
   // `s` loads from the body's own stack buffers only (the load stage's, lower/load_stage.h).
   for (const std::string& b : c.loaded_after_a_store)
     if (!body.allocated.count(b)) return Stmt();
-  Expanded expand(body.bound);
   std::vector<Expr> values;
   for (const PairStore& p : c.stores) values.push_back(expand.mutate(p.x));
   NanReaches reaches;
@@ -360,16 +356,17 @@ Stmt one_test(const Stmt& s, const Collect& body) {
 // one_test can, else its parts.
 class OneTestPerGroup : public IRMutator {
  public:
-  explicit OneTestPerGroup(const Collect& body) : body_(body) {}
+  explicit OneTestPerGroup(const Collect& body) : body_(body), expand_(body.bound) {}
   using IRMutator::mutate;
   Stmt mutate(const Stmt& s) override {
     if (s.defined() && !allocates(s) && pair_stores_in(s) >= 2)
-      if (Stmt t = one_test(s, body_); t.defined()) return t;
+      if (Stmt t = one_test(s, body_, expand_); t.defined()) return t;
     return IRMutator::mutate(s);  // (or each part of it, where those have stores)
   }
 
  private:
   const Collect& body_;
+  Expanded expand_;  // (one substitution of each name for all the groups)
 };
 
 }  // namespace

@@ -16,7 +16,7 @@
 // by integer operations on whole vectors (as optim::to_bf16_bits). The stores' values and
 // addresses are in scope there and their inputs already read, so the second writes store what
 // the first should have. Each stored value is bound to a name first, so that the test and the
-// second writes reuse it instead of generating its arithmetic again (src/lower/README.md).
+// second writes reuse it instead of generating its arithmetic again (src/lower/bf16.md).
 //
 // Where: innermost loop bodies even_odd.cpp rewrote with StoreNarrowing::Pairs, when at least one
 // store's value is covered by another's and every value the second writes need is bound where
