@@ -85,7 +85,7 @@ TEST(Cache, GoldenKey) {
   EngineOptions eo;
   eo.target = "x86-64-linux-avx2";
   Engine e(eo);
-  EXPECT_EQ(e.kernel_key(sgd("any")), "fe054407c2ada2887a67f582f8ef167f");
+  EXPECT_EQ(e.kernel_key(sgd("any")), "86dbb2a92a7c30a64e7f09d0367f0de6");
 }
 
 TEST(Cache, DefaultLocation) {

@@ -171,10 +171,11 @@ llvm::Value* pair_bits(llvm::IRBuilder<>& b, llvm::Value* even, llvm::Value* odd
 // values as it has 16-bit lanes: `high` is the words the store takes, unrounded (odd's high half
 // and even's, shifted down, blended: vpblendw), `low` their low halves alike, and each 16-bit
 // lane of `high` goes up by one where nearest even says so. That is where low > 0x8000, or
-// low == 0x8000 and high is odd; equally where (low | (high & 1)) > 0x8000 unsigned (vpmaxuw,
-// vpcmpeqw), the carry subtracted as the compare's all-ones. 9 instructions per 16 values where
-// rounding each half and packing them took 11 (src/lower/bf16.md, "bf16 pairs in 16-bit
-// lanes"). No carry leaves a lane: 0xffff and 0x7fff are NaNs.
+// low == 0x8000 and high is odd: where low + (high & 1) - 1 >= 0x8000. With w = low - (1 -
+// (high & 1)), saturating at 0 (vpandn, vpsubusw), that is w's sign bit (vpcmpgtw against zero),
+// the carry subtracted as the compare's all-ones: 8 instructions per 16 values where rounding
+// each half and packing them took 11 (src/lower/bf16.md, "bf16 pairs in 16-bit lanes"). No carry
+// leaves a lane: 0xffff and 0x7fff are NaNs.
 llvm::Value* pair_bits_in_halves(llvm::IRBuilder<>& b, llvm::Value* even, llvm::Value* odd) {
   const unsigned n = llvm::cast<llvm::FixedVectorType>(even->getType())->getNumElements();
   llvm::Type* words = llvm::FixedVectorType::get(b.getInt32Ty(), n);
@@ -191,7 +192,10 @@ llvm::Value* pair_bits_in_halves(llvm::IRBuilder<>& b, llvm::Value* even, llvm::
   };
   llvm::Value* high = blended(b.CreateLShr(e, k32(16)), o);
   llvm::Value* low = blended(e, b.CreateShl(o, k32(16)));
-  llvm::Value* carry = b.CreateICmpUGT(b.CreateOr(low, b.CreateAnd(high, k16(1))), k16(0x8000));
+  llvm::Value* not_lsb = b.CreateAnd(b.CreateXor(high, k16(0xffff)), k16(1));
+  llvm::Value* w =  // (LLVM's form of an unsigned saturating subtract)
+      b.CreateSelect(b.CreateICmpUGT(low, not_lsb), b.CreateSub(low, not_lsb), k16(0));
+  llvm::Value* carry = b.CreateICmpSLT(w, k16(0));
   return b.CreateBitCast(b.CreateSub(high, b.CreateSExt(carry, halves)), words);
 }
 
