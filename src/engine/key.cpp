@@ -97,7 +97,7 @@ namespace engine_detail {
 // loops on x86 without AVX-512BW in even/odd lane order (lower/even_odd.h). 17: and on AVX-512
 // without AVX512-BF16. 18: their stores on x86 without AVX-512BW rounded in 16-bit lanes, even
 // and odd halves together (lower/bf16.h, kF32PairToBf16NanBranch).
-constexpr const char* kLoweringVersion = "lowering-19";
+constexpr const char* kLoweringVersion = "lowering-20";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,
                        const std::string& target) {

@@ -149,13 +149,12 @@ llvm::Value* any_nan(llvm::IRBuilder<>& b, llvm::Value* x) {
 }
 
 // The narrowing of an f32 vector with ONE test for NaNs (any_nan), and only where it finds one
-// the NaN lanes' selects. `narrow`: narrow_bits or rounded_bits.
-llvm::Value* nan_branch(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x,
-                        llvm::Value* (*narrow)(llvm::IRBuilder<>&, llvm::Value*, bool)) {
-  if (!x->getType()->isVectorTy()) return narrow(b, x, true);
+// the NaN lanes' selects.
+llvm::Value* nan_branch(llvm::IRBuilder<>& b, llvm::Module& m, llvm::Value* x) {
+  if (!x->getType()->isVectorTy()) return narrow_bits(b, x, true);
   return branch_rarely(
-      b, m, any_nan(b, x), [&](llvm::IRBuilder<>& slow) { return narrow(slow, x, true); },
-      [&](llvm::IRBuilder<>& fast) { return narrow(fast, x, false); });
+      b, m, any_nan(b, x), [&](llvm::IRBuilder<>& slow) { return narrow_bits(slow, x, true); },
+      [&](llvm::IRBuilder<>& fast) { return narrow_bits(fast, x, false); });
 }
 
 // Word j of the bf16 of `even` lane j (low half) and `odd` lane j (high half), each narrowed by
@@ -257,11 +256,8 @@ Expr bf16_bits_of(const Expr& f32) {
 
 void finish_bf16_pass(llvm::Module& m) {
   replace_unary_lane_calls(m, kF32ToBf16NanBranch, [&](llvm::IRBuilder<>& b, llvm::Value* x) {
-    return nan_branch(b, m, x, narrow_bits);
+    return nan_branch(b, m, x);
   });
-  replace_unary_lane_calls(
-      m, kF32ToBf16RoundedNanBranch,
-      [&](llvm::IRBuilder<>& b, llvm::Value* x) { return nan_branch(b, m, x, rounded_bits); });
   replace_lane_calls(m, kF32PairToBf16NanBranch,
                      [&](llvm::IRBuilder<>& b, const std::vector<llvm::Value*>& args) {
                        return pair_nan_branch(b, m, args[0], args[1]);
@@ -318,8 +314,7 @@ void add_bf16_pass(Halide::Pipeline& p, const Halide::Target& target, bool avx51
   // the widening's zero-extensions and shifts and the narrowing's packs out of them (AVX2 and
   // AVX-512 alike; src/lower/bf16.md, "bf16 in even/odd lane order", has the measurements).
   if (mode == Narrowing::NanBranch || mode == Narrowing::PackedHalves)
-    p.add_custom_lowering_pass(new EvenOddLanes(
-        mode == Narrowing::NanBranch ? StoreNarrowing::Pairs : StoreNarrowing::RoundedHalves));
+    p.add_custom_lowering_pass(new EvenOddLanes());
   p.add_custom_lowering_pass(new Bf16Conversions(mode));
 }
 

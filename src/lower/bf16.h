@@ -41,9 +41,6 @@ namespace optfuse::lower {
 
 constexpr const char* kF32ToBf16 = "optfuse_f32_to_bf16_bits";  // uint16_t(float), as above
 constexpr const char* kF32ToBf16NanBranch = "optfuse_f32_to_bf16_bits_nan_branch";  // the same
-// uint32_t(float): the same rounding left in the high half, the low half what the rounding add
-// left there (even_odd.h); a NaN's high half is its quiet NaN.
-constexpr const char* kF32ToBf16RoundedNanBranch = "optfuse_f32_to_bf16_rounded_nan_branch";
 // uint32_t(float even, float odd): both narrowed as above, even's bf16 in the low half and odd's
 // in the high half (even_odd.h). Vectors of both are rounded in 16-bit lanes: the high halves
 // of a vector's even and odd lanes interleaved (the word the store takes), their low halves

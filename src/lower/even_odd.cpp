@@ -165,14 +165,11 @@ class Qualifies : public IRVisitor {
 // The rewrite of a qualifying loop body.
 class Rewrite : public IRMutator {
  public:
-  Rewrite(const Scope<Order>& outer, StoreNarrowing narrowing) : narrowing_(narrowing) {
-    vars_.set_containing_scope(&outer);
-  }
+  explicit Rewrite(const Scope<Order>& outer) { vars_.set_containing_scope(&outer); }
 
  private:
   using IRMutator::visit;
   Scope<Order> vars_;
-  StoreNarrowing narrowing_;
 
   Expr visit(const Let* op) override {
     ScopedBinding<Order> bind(op->value.type().lanes() > 1, vars_, op->name,
@@ -206,22 +203,10 @@ class Rewrite : public IRMutator {
     const int lanes = narrowing->type.lanes();
     Expr x = mutate(narrowing->value);
     if (x.type() != Halide::Float(32, lanes)) x = Cast::make(Halide::Float(32, lanes), x);
-    Expr bits;
-    if (narrowing_ == StoreNarrowing::Pairs) {  // word j of even lane j and odd lane j
-      bits = Call::make(Halide::UInt(32, lanes / 2), kF32PairToBf16NanBranch,
-                        {Shuffle::make_slice(x, 0, 1, lanes / 2),
-                         Shuffle::make_slice(x, lanes / 2, 1, lanes / 2)},
-                        Call::PureExtern);
-    } else {  // rounded in the high halves; of lanes j and lanes/2 + j those, interleaved
-      Expr rounded =
-          Call::make(Halide::UInt(32, lanes), kF32ToBf16RoundedNanBranch, {x}, Call::PureExtern);
-      std::vector<int> halves;
-      for (int j = 0; j < lanes / 2; ++j) {
-        halves.push_back(2 * j + 1);
-        halves.push_back(lanes + 2 * j + 1);
-      }
-      bits = Shuffle::make({reinterpret(Halide::UInt(16, 2 * lanes), rounded)}, halves);
-    }
+    const Expr bits = Call::make(
+        Halide::UInt(32, lanes / 2), kF32PairToBf16NanBranch,
+        {Shuffle::make_slice(x, 0, 1, lanes / 2), Shuffle::make_slice(x, lanes / 2, 1, lanes / 2)},
+        Call::PureExtern);
     return Store::make(op->name, reinterpret(narrowing->type, bits), mutate(op->index), op->param,
                        mutate(op->predicate), op->alignment);
   }
@@ -239,13 +224,9 @@ class ContainsLoop : public IRVisitor {
 // Finds the innermost loops. Vector variables bound outside them keep memory order (nothing
 // there is rewritten), unless uniform.
 class InnermostLoops : public IRMutator {
- public:
-  explicit InnermostLoops(StoreNarrowing narrowing) : narrowing_(narrowing) {}
-
  private:
   using IRMutator::visit;
   Scope<Order> vars_;
-  StoreNarrowing narrowing_;
 
   Order outside(const Expr& e) {
     return order_of(e, vars_) == Order::Uniform ? Order::Uniform : Order::Memory;
@@ -265,16 +246,13 @@ class InnermostLoops : public IRMutator {
     Qualifies q(vars_);
     op->body.accept(&q);
     if (!q.ok || !q.widens) return op;
-    Stmt body = Rewrite(vars_, narrowing_).mutate(op->body);
-    if (narrowing_ == StoreNarrowing::Pairs) body = with_one_nan_test(body);
+    const Stmt body = with_one_nan_test(Rewrite(vars_).mutate(op->body));
     return For::make(op->name, op->min, op->extent, op->for_type, op->device_api, body);
   }
 };
 
 }  // namespace
 
-Stmt even_odd_lanes(const Stmt& s, StoreNarrowing narrowing) {
-  return InnermostLoops(narrowing).mutate(s);
-}
+Stmt even_odd_lanes(const Stmt& s) { return InnermostLoops().mutate(s); }
 
 }  // namespace optfuse::lower

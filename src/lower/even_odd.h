@@ -13,12 +13,11 @@
 // `w & 0xffff0000` the odd ones, with no shuffle. An element-wise update may run on its lanes in
 // any order, so the pass widens each bf16 vector to its k even elements followed by its k odd
 // ones, leaves the arithmetic as it is, and at each store puts the halves back: word j takes
-// even lane j's bf16 as its low half and odd lane j's as its high half. On AVX2 (and SSE4.1)
-// each store is a call of kF32PairToBf16NanBranch (bf16.h) of the two halves, which
-// finish_bf16_pass rounds in 16-bit lanes, 16 values per instruction; on AVX-512BW it is a call
-// of kF32ToBf16RoundedNanBranch (the rounding left in the high halves) and one shuffle of 16-bit
-// halves (vpermt2w). StoreNarrowing says which. With pairs, stores whose values' NaNs reach
-// another store's value share its NaN test (one_nan_test.h).
+// even lane j's bf16 as its low half and odd lane j's as its high half: a call of
+// kF32PairToBf16NanBranch (bf16.h) of the two halves, which finish_bf16_pass rounds in 16-bit
+// lanes, 16 values per instruction on AVX2 and 32 on AVX-512 (where rounding each half in its
+// 32-bit lanes and packing the halves by vpermt2w took 9% longer at 2^24: bf16.md). Stores whose
+// values' NaNs reach another store's value share its NaN test (one_nan_test.h).
 //
 // Where: each innermost loop whose vector values are all element-wise functions of bf16 vectors
 // widened in it, of scalars and of broadcasts, and whose stores of such values store their
@@ -30,26 +29,16 @@
 
 namespace optfuse::lower {
 
-// How a rewritten store narrows (see above).
-enum class StoreNarrowing {
-  Pairs,          // kF32PairToBf16NanBranch of even lane j and odd lane j: word j
-  RoundedHalves,  // kF32ToBf16RoundedNanBranch of every lane, then a shuffle of 16-bit halves
-};
-
 // `s` with its qualifying innermost loops in even/odd lane order.
-Halide::Internal::Stmt even_odd_lanes(const Halide::Internal::Stmt& s, StoreNarrowing narrowing);
+Halide::Internal::Stmt even_odd_lanes(const Halide::Internal::Stmt& s);
 
 // The lowering pass of the function above, for Pipeline::add_custom_lowering_pass.
 class EvenOddLanes : public Halide::Internal::IRMutator {
  public:
-  explicit EvenOddLanes(StoreNarrowing narrowing) : narrowing_(narrowing) {}
   Halide::Internal::Stmt mutate(const Halide::Internal::Stmt& s) override {
-    return even_odd_lanes(s, narrowing_);
+    return even_odd_lanes(s);
   }
   using Halide::Internal::IRMutator::mutate;
-
- private:
-  StoreNarrowing narrowing_;
 };
 
 }  // namespace optfuse::lower

@@ -18,7 +18,7 @@
 // the first should have. Each stored value is bound to a name first, so that the test and the
 // second writes reuse it instead of generating its arithmetic again (src/lower/bf16.md).
 //
-// Where: innermost loop bodies even_odd.cpp rewrote with StoreNarrowing::Pairs, when at least one
+// Where: innermost loop bodies even_odd.cpp rewrote (their stores are pairs), when at least one
 // store's value is covered by another's and every value the second writes need is bound where
 // they go; any other body is left as it is.
 #include <Halide.h>
