@@ -96,7 +96,8 @@ namespace engine_detail {
 // narrowing on x86 without AVX-512BW with one NaN test per vector (lower/bf16.h). 16: all-bf16
 // loops on x86 without AVX-512BW in even/odd lane order (lower/even_odd.h). 17: and on AVX-512
 // without AVX512-BF16. 18: their stores on x86 without AVX-512BW rounded in 16-bit lanes, even
-// and odd halves together (lower/bf16.h, kF32PairToBf16NanBranch).
+// and odd halves together (lower/bf16.h, kF32PairToBf16NanBranch). 19: their carry in four
+// instructions. 20: and on AVX-512 without AVX512-BF16, with one NaN test per loop body there too.
 constexpr const char* kLoweringVersion = "lowering-20";
 
 std::string kernel_key(const Hash128& graph_hash, const Schedule& resolved,

@@ -2,7 +2,7 @@
 // One NaN test per loop body for the even/odd bf16 stores (internal; Halide IR; includes
 // Halide.h).
 //
-// Why: each even/odd store on AVX2 narrows by kF32PairToBf16NanBranch (bf16.h), which tests its
+// Why: each even/odd store on x86 narrows by kF32PairToBf16NanBranch (bf16.h), which tests its
 // vectors for NaNs (a compare, a mask extraction and a branch per 16 values) before the 16-bit
 // rounding, whose carry would corrupt a NaN's payload. In the unmastered AdamW that is 3 of ~35
 // instructions per 8 elements for three stores, yet a NaN in the new moments always reaches the
