@@ -283,6 +283,43 @@ def test_new_state_asks_for_huge_pages_only_when_told(monkeypatch):
     assert advised == []
 
 
+def test_large_new_state_starts_at_its_own_page_offset(tmp_path):
+    """New host state of 1 MiB or more starts 1, 2, 3 KiB past its param within a 4 KiB page
+    (_binding._staggered), as views of slightly longer buffers that behave as plain tensors:
+    torch's own values after steps, and a checkpoint loads into a fresh optimizer."""
+    p0 = torch.randn(512, 1024).bfloat16()  # 1 MiB
+    g = torch.randn_like(p0)
+    got, want = torch.nn.Parameter(p0.clone()), torch.nn.Parameter(p0.clone())
+    ours = oft.AdamW([got], lr=1e-2)  # master weights: three f32 buffers
+    ref = torch.optim.AdamW([want], lr=1e-2)
+    for _ in range(2):
+        for p, opt in ((got, ours), (want, ref)):
+            p.grad = g.clone()
+            opt.step()
+    state = ours.state[got]
+    offsets = {k: (state[k].data_ptr() - got.data_ptr()) % 4096 for k in ("exp_avg", "exp_avg_sq")}
+    offsets["master"] = (state["master"].data_ptr() - got.data_ptr()) % 4096
+    assert sorted(offsets.values()) == [1024, 2048, 3072], offsets
+    assert all(state[k].is_contiguous() and state[k].shape == got.shape for k in offsets)
+    # torch's bf16 moments are rounded to bf16 once a step (2 steps: within 2 * 2^-8 relative).
+    torch.testing.assert_close(
+        state["exp_avg"], ref.state[want]["exp_avg"].float(), rtol=2**-7, atol=0.0
+    )
+    torch.save(ours.state_dict(), tmp_path / "sd.pt")
+    again = torch.nn.Parameter(got.detach().clone())
+    resumed = oft.AdamW([again], lr=1e-2)
+    resumed.load_state_dict(torch.load(tmp_path / "sd.pt"))
+    for p, opt in ((got, ours), (again, resumed)):
+        p.grad = g.clone()
+        opt.step()
+    assert torch.equal(again, got)
+    small = torch.nn.Parameter(torch.randn(1000))
+    small.grad = torch.randn(1000)
+    plain = oft.AdamW([small])
+    plain.step()
+    assert plain.state[small]["exp_avg"].storage_offset() == 0  # too small to move
+
+
 def test_large_new_state_holds_torchs_initial_value():
     """A 12 MB param's state is made through the huge-page path (at least 4 MiB): its non-zero
     initial value must be torch's. One Adagrad step: sum = 0.25 + g * g, which torch and the
