@@ -58,6 +58,12 @@ from benchlib import (
 
 
 # ---- cases -------------------------------------------------------------------------------------
+HALF_NAMES = {
+    torch.bfloat16: "bf16",
+    torch.float16: "f16",
+}  # 16-bit param dtypes, as optfuse names them
+
+
 def gpt2_shapes(scale: int):
     return spec_shapes("gpt2-small.json", scale)
 
@@ -80,16 +86,16 @@ def make_cases(a):
     }
     out = {}
     for k in a.cases:
-        m = re.fullmatch(r"(flat|vec)(\d+)(-bf16)?", k)
+        m = re.fullmatch(r"(flat|vec)(\d+)(-bf16|-f16)?", k)
         if m:
-            dtype = torch.bfloat16 if m.group(3) else torch.float32
+            dtype = {"-bf16": torch.bfloat16, "-f16": torch.float16}.get(m.group(3), torch.float32)
             if m.group(1) == "flat":
                 n = int(m.group(2)) - (4 if q else 0)
                 label, n = f"flat 2^{n}", 1 << n
             else:
                 n = int(m.group(2)) // (16 if q else 1)
                 label = f"1 x {n:,}"
-            out[k] = (label + (" bf16" if m.group(3) else ""), [([n], True)], dtype)
+            out[k] = (label + (" " + m.group(3)[1:] if m.group(3) else ""), [([n], True)], dtype)
         elif k in cases:
             out[k] = cases[k]
         elif k not in ("startup", "noop"):
@@ -141,19 +147,24 @@ def build_entries(a, shapes, dtype, log):
                 keep=opt,
             )
         )
-    if dtype != torch.float32:  # optfuse with torch's semantics (14 B/element), and bf16 state
-        for name, extra, note in (
+    half = HALF_NAMES.get(dtype)
+    if half:  # optfuse with torch's semantics (14 B/element), and (bf16 params) bf16 state
+        variants = [
             (
                 "optfuse.torch.AdamW(master_weights=False)",
                 dict(master_weights=False),
-                "bf16 state, no master: torch's semantics and bits",
-            ),
-            (
-                "optfuse.torch.AdamW(state_dtype='bf16')",
-                dict(state_dtype="bf16"),
-                "f32 master, bf16 state (20 B/elt)",
-            ),
-        ):
+                f"{half} state, no master: torch's semantics and bits",
+            )
+        ]
+        if dtype == torch.bfloat16:  # (f16 params keep f16 state: bf16 state is an error)
+            variants.append(
+                (
+                    "optfuse.torch.AdamW(state_dtype='bf16')",
+                    dict(state_dtype="bf16"),
+                    "f32 master, bf16 state (20 B/elt)",
+                )
+            )
+        for name, extra, note in variants:
             op = fresh()
             o16 = oft.AdamW(groups_of(op, decays), **HP, **extra)
             rebinder(op)()
@@ -178,7 +189,7 @@ def build_entries(a, shapes, dtype, log):
     )
     if dtype != torch.float32:
         hps = fresh()
-        hceil = oft.Custom(hps, CEILING_RULE, master_weights=False, state_dtype="bf16")
+        hceil = oft.Custom(hps, CEILING_RULE, master_weights=False)  # (state in the params' dtype)
         rebinder(hps)()
         hceil.step()
         entries.append(
@@ -204,7 +215,7 @@ def build_entries(a, shapes, dtype, log):
                 name,
                 t_opt.step,
                 rebinder(tp),
-                note="bf16 state, no master" if dtype != torch.float32 else "",
+                note=f"{half} state, no master" if half else "",
             )
         )
     if dtype != torch.float32:  # torch with an f32 master copy, as AMP-style trainers do it
@@ -292,7 +303,7 @@ def deepspeed_entry(ps, decays, rebinder, log):
             rebinder(ps),
             note=""
             if ps[0].dtype == torch.float32
-            else "f32 state, bf16 params updated directly, no master",
+            else f"f32 state, {HALF_NAMES[ps[0].dtype]} params updated directly, no master",
         )
         e.setup_s = _DS["build"]
         return e
@@ -447,7 +458,8 @@ def main():
         "--cases",
         default="gpt2,resnet50,small,flat20,flat24,gpt2-bf16",
         help="comma list of gpt2, resnet50, small, flatN (one tensor of 2^N, e.g. "
-        "flat20), vecN (one tensor of N, e.g. vec1024000), flatN-bf16 / vecN-bf16, gpt2-bf16, "
+        "flat20), vecN (one tensor of N, e.g. vec1024000), flatN-bf16 / vecN-bf16, flatN-f16 / "
+        "vecN-f16, gpt2-bf16, "
         "startup, noop (default: the six cases, then startup and noop)",
     )
     add_timing_args(ap)
