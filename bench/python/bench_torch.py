@@ -58,10 +58,8 @@ from benchlib import (
 
 
 # ---- cases -------------------------------------------------------------------------------------
-HALF_NAMES = {
-    torch.bfloat16: "bf16",
-    torch.float16: "f16",
-}  # 16-bit param dtypes, as optfuse names them
+# The 16-bit param dtypes, as optfuse names them.
+HALF_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
 def gpt2_shapes(scale: int):
