@@ -58,7 +58,7 @@ Stmt loop(const Stmt& body) {
   return For::make("x", 0, 64, ForType::Serial, Halide::DeviceAPI::Host, body);
 }
 
-// The pass as on AVX2 (which loops it takes does not depend on how their stores narrow).
+// The pass, as add_bf16_pass runs it on x86 without AVX512-BF16.
 Stmt even_odd(const Stmt& s) { return lower::even_odd_lanes(s); }
 
 // Whether `s` narrows in even/odd order anywhere (the call the rewritten stores make).
@@ -384,6 +384,7 @@ TEST(EvenOdd, Avx2KernelEqualsTheArithmeticElementForElement) {
   const std::string listing = listing_for(kAvx2);
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "vpblendw"), 0u);  // the rewritten stores' blends
+  EXPECT_GT(testing::occurrences(listing, "vpsubusw"), 0u);  // their carry (lowering 19)
 }
 
 // The same for AVX-512 without AVX512-BF16 (AVX-512BW: the packing narrowing, lower/bf16.h),
@@ -395,6 +396,7 @@ TEST(EvenOdd, Avx512KernelEqualsTheArithmeticElementForElement) {
   if (listing.empty()) GTEST_SKIP() << "no objdump";
   EXPECT_GT(testing::occurrences(listing, "zmm"), 0u);
   EXPECT_EQ(testing::occurrences(listing, "vpmovzxwd"), 0u);  // no widening in memory order
+  EXPECT_GT(testing::occurrences(listing, "vpsubusw"), 0u);   // the pairs' carry (lowering 20)
 }
 
 // The same on 128-bit vectors (x86 without AVX), which the pass takes too.
