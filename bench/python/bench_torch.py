@@ -42,6 +42,7 @@ import torch
 import optfuse
 import optfuse.torch as oft
 from optfuse import _core
+from optfuse.torch._binding import DTYPE_NAMES, TORCH_DTYPES
 
 import benchlib
 from torch_report import markdown, plot
@@ -58,8 +59,6 @@ from benchlib import (
 
 
 # ---- cases -------------------------------------------------------------------------------------
-# The 16-bit param dtypes, as optfuse names them.
-HALF_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
 def gpt2_shapes(scale: int):
@@ -86,7 +85,7 @@ def make_cases(a):
     for k in a.cases:
         m = re.fullmatch(r"(flat|vec)(\d+)(-bf16|-f16)?", k)
         if m:
-            dtype = {"-bf16": torch.bfloat16, "-f16": torch.float16}.get(m.group(3), torch.float32)
+            dtype = TORCH_DTYPES[m.group(3)[1:]] if m.group(3) else torch.float32
             if m.group(1) == "flat":
                 n = int(m.group(2)) - (4 if q else 0)
                 label, n = f"flat 2^{n}", 1 << n
@@ -145,7 +144,7 @@ def build_entries(a, shapes, dtype, log):
                 keep=opt,
             )
         )
-    half = HALF_NAMES.get(dtype)
+    half = DTYPE_NAMES[dtype] if dtype != torch.float32 else None  # "bf16", "f16"
     if half:  # optfuse with torch's semantics (14 B/element), and (bf16 params) bf16 state
         variants = [
             (
@@ -301,7 +300,7 @@ def deepspeed_entry(ps, decays, rebinder, log):
             rebinder(ps),
             note=""
             if ps[0].dtype == torch.float32
-            else f"f32 state, {HALF_NAMES[ps[0].dtype]} params updated directly, no master",
+            else f"f32 state, {DTYPE_NAMES[ps[0].dtype]} params updated directly, no master",
         )
         e.setup_s = _DS["build"]
         return e

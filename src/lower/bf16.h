@@ -17,7 +17,8 @@
 // optim::to_bf16_bits does, and a shift left by 16 to widen. No float op is added or copied, so
 // a bf16 kernel's f32 ops, their flags and uses are those of the f32 kernel, on every target.
 // On x86 with AVX-512BW the same rounding is left in the high halves of the 32-bit lanes and
-// packed by one vpermt2w per 32 lanes (README.md, "Whole-vector FMA and square root"). On other
+// packed by one vpermt2w per 32 lanes (README.md, "Whole-vector FMA and square root"; loops of
+// bf16 values only round pairs in 16-bit lanes instead, even_odd.h). On other
 // x86 CPUs (AVX2) a vector's NaN lanes cost 4 of its 9 instructions per 8 lanes, so each vector
 // is tested for NaNs once (one vcmpunordps per two 8-lane halves) and only a vector with one
 // takes the NaN lanes' selects (bf16.md, "bf16 narrowing on AVX2"): a call of
